@@ -65,14 +65,7 @@ impl DType {
     /// The real floating dtypes.
     pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
     /// The integer dtypes.
-    pub const INTS: [DType; 6] = [
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U32,
-    ];
+    pub const INTS: [DType; 6] = [DType::I8, DType::I16, DType::I32, DType::I64, DType::U8, DType::U32];
 
     /// Bytes per element.
     pub fn size_bytes(self) -> usize {
@@ -88,9 +81,7 @@ impl DType {
     pub fn class(self) -> DTypeClass {
         match self {
             DType::Bool => DTypeClass::Bool,
-            DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U32 => {
-                DTypeClass::Int
-            }
+            DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U32 => DTypeClass::Int,
             DType::F32 | DType::F16 | DType::BF16 | DType::F64 => DTypeClass::Float,
             DType::C64 => DTypeClass::Complex,
         }
@@ -176,20 +167,13 @@ impl DType {
                 let (amin, amax) = a.int_range().unwrap_or((0, 0));
                 let (bmin, bmax) = b.int_range().unwrap_or((0, 0));
                 let (lo, hi) = (amin.min(bmin), amax.max(bmax));
-                [
-                    DType::U8,
-                    DType::I8,
-                    DType::I16,
-                    DType::U32,
-                    DType::I32,
-                    DType::I64,
-                ]
-                .into_iter()
-                .find(|d| {
-                    let (dl, dh) = d.int_range().unwrap_or((0, 0));
-                    dl <= lo && dh >= hi
-                })
-                .unwrap_or(DType::I64)
+                [DType::U8, DType::I8, DType::I16, DType::U32, DType::I32, DType::I64]
+                    .into_iter()
+                    .find(|d| {
+                        let (dl, dh) = d.int_range().unwrap_or((0, 0));
+                        dl <= lo && dh >= hi
+                    })
+                    .unwrap_or(DType::I64)
             }
         }
     }

@@ -21,9 +21,7 @@ pub enum Error {
         reason: String,
     },
     /// A node id that does not belong to the graph.
-    #[error(
-        "op `{op}`: input {index} refers to node %{node}, which does not exist in graph `{graph}` ({len} nodes)"
-    )]
+    #[error("op `{op}`: input {index} refers to node %{node}, which does not exist in graph `{graph}` ({len} nodes)")]
     BadNodeId {
         /// Op being built.
         op: String,
@@ -97,9 +95,7 @@ pub enum Error {
         shape: Shape,
     },
     /// A dynamic dimension was left unbound where a concrete size is needed.
-    #[error(
-        "dimension `{symbol}` is dynamic in {context}; bind it to a size first (Graph::bind_dims)"
-    )]
+    #[error("dimension `{symbol}` is dynamic in {context}; bind it to a size first (Graph::bind_dims)")]
     UnboundDim {
         /// Symbol name.
         symbol: String,
@@ -143,18 +139,12 @@ pub enum Error {
 }
 
 fn fmt_shapes(s: &[Shape]) -> String {
-    s.iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    s.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 impl Error {
     /// Shorthand for an evaluation error.
     pub fn eval(op: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::Eval {
-            op: op.into(),
-            reason: reason.into(),
-        }
+        Error::Eval { op: op.into(), reason: reason.into() }
     }
 }

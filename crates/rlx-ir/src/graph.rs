@@ -48,12 +48,7 @@ pub struct Graph {
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Self {
-        Graph {
-            name: name.into(),
-            nodes: vec![],
-            outputs: vec![],
-            errors: vec![],
-        }
+        Graph { name: name.into(), nodes: vec![], outputs: vec![], errors: vec![] }
     }
 
     /// The graph's name.
@@ -163,11 +158,7 @@ impl Graph {
                 Shape::scalar(DType::F32)
             }
         };
-        self.nodes.push(Node {
-            op,
-            inputs: inputs.to_vec(),
-            ty,
-        });
+        self.nodes.push(Node { op, inputs: inputs.to_vec(), ty });
         id
     }
 
@@ -176,11 +167,7 @@ impl Graph {
         let op = op.into();
         let id = NodeId(self.nodes.len() as u32);
         let ty = self.infer_node(&op, inputs, id)?;
-        self.nodes.push(Node {
-            op,
-            inputs: inputs.to_vec(),
-            ty,
-        });
+        self.nodes.push(Node { op, inputs: inputs.to_vec(), ty });
         Ok(id)
     }
 
@@ -208,11 +195,7 @@ impl Graph {
             reason,
         };
         if !def.arity().accepts(inputs.len()) {
-            return Err(wrap(format!(
-                "takes {} inputs, got {}",
-                def.arity(),
-                inputs.len()
-            )));
+            return Err(wrap(format!("takes {} inputs, got {}", def.arity(), inputs.len())));
         }
         def.infer(&tys).map_err(wrap)
     }
@@ -220,33 +203,17 @@ impl Graph {
     /// A named runtime input.
     pub fn input(&mut self, name: &str, shape: Shape) -> NodeId {
         self.check_new_name(name);
-        self.add_node(
-            Input {
-                name: name.into(),
-                shape,
-            },
-            &[],
-        )
+        self.add_node(Input { name: name.into(), shape }, &[])
     }
 
     /// A named parameter (weights), set once with `set_param` and kept across runs.
     pub fn param(&mut self, name: &str, shape: Shape) -> NodeId {
         self.check_new_name(name);
-        self.add_node(
-            Param {
-                name: name.into(),
-                shape,
-            },
-            &[],
-        )
+        self.add_node(Param { name: name.into(), shape }, &[])
     }
 
     fn check_new_name(&mut self, name: &str) {
-        let taken = self
-            .inputs()
-            .iter()
-            .chain(self.params().iter())
-            .any(|(_, n)| *n == name);
+        let taken = self.inputs().iter().chain(self.params().iter()).any(|(_, n)| *n == name);
         if taken || name.is_empty() {
             let e = Error::InvalidGraph {
                 graph: self.name.clone(),
@@ -269,10 +236,7 @@ impl Graph {
                 self.record(e);
                 self.add_node(
                     Constant {
-                        value: HostTensor {
-                            shape: Shape::scalar(DType::F32),
-                            data: crate::Data::F(vec![0.0]),
-                        },
+                        value: HostTensor { shape: Shape::scalar(DType::F32), data: crate::Data::F(vec![0.0]) },
                     },
                     &[],
                 )
@@ -287,21 +251,14 @@ impl Graph {
 
     /// Casts to `to` unless the node already has that dtype.
     pub fn cast_to(&mut self, x: NodeId, to: DType) -> NodeId {
-        if self.shape(x).is_some_and(|s| s.dtype == to) {
-            x
-        } else {
-            self.add_node(Cast { to }, &[x])
-        }
+        if self.shape(x).is_some_and(|s| s.dtype == to) { x } else { self.add_node(Cast { to }, &[x]) }
     }
 
     /// Re-runs inference on every node and checks the structure: the DAG order, arities, unique
     /// names, outputs. Returns the first problem.
     pub fn verify(&self) -> Result<()> {
         self.check()?;
-        let invalid = |reason: String| Error::InvalidGraph {
-            graph: self.name.clone(),
-            reason,
-        };
+        let invalid = |reason: String| Error::InvalidGraph { graph: self.name.clone(), reason };
         let mut names = HashSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
             let id = NodeId(i as u32);
@@ -351,14 +308,8 @@ impl Graph {
         let mut g = Graph::new(self.name.clone());
         for n in &self.nodes {
             let op = match &n.op {
-                Op::Input(i) => Op::Input(Input {
-                    name: i.name.clone(),
-                    shape: bind(&i.shape),
-                }),
-                Op::Param(p) => Op::Param(Param {
-                    name: p.name.clone(),
-                    shape: bind(&p.shape),
-                }),
+                Op::Input(i) => Op::Input(Input { name: i.name.clone(), shape: bind(&i.shape) }),
+                Op::Param(p) => Op::Param(Param { name: p.name.clone(), shape: bind(&p.shape) }),
                 other => other.clone(),
             };
             g.try_add(op, &n.inputs)?;
@@ -369,19 +320,15 @@ impl Graph {
 
     /// The first dynamic symbol left in any node type, with the node.
     pub fn first_symbol(&self) -> Option<(NodeId, String)> {
-        self.nodes.iter().enumerate().find_map(|(i, n)| {
-            n.ty.symbols()
-                .next()
-                .map(|s| (NodeId(i as u32), s.to_string()))
-        })
+        self.nodes
+            .iter()
+            .enumerate()
+            .find_map(|(i, n)| n.ty.symbols().next().map(|s| (NodeId(i as u32), s.to_string())))
     }
 
     /// Parses the JSON form and verifies it.
     pub fn from_json(s: &str) -> Result<Graph> {
-        let g: Graph = serde_json::from_str(s).map_err(|e| Error::Parse {
-            line: e.line(),
-            reason: e.to_string(),
-        })?;
+        let g: Graph = serde_json::from_str(s).map_err(|e| Error::Parse { line: e.line(), reason: e.to_string() })?;
         g.verify()?;
         Ok(g)
     }

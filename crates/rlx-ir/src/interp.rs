@@ -23,19 +23,13 @@ pub fn evaluate(g: &Graph, feeds: &[(&str, HostTensor)]) -> Result<Vec<HostTenso
             Op::Input(x) => fed(&feeds, &x.name, &n.ty, "input")?,
             Op::Param(x) => fed(&feeds, &x.name, &n.ty, "param")?,
             op => {
-                let ins: Vec<&HostTensor> = n
-                    .inputs
-                    .iter()
-                    .map(|x| vals[x.index()].as_ref().expect("topological order"))
-                    .collect();
+                let ins: Vec<&HostTensor> =
+                    n.inputs.iter().map(|x| vals[x.index()].as_ref().expect("topological order")).collect();
                 let out = op.def().reference(&ins, &n.ty)?;
                 if out.shape != n.ty {
                     return Err(Error::eval(
                         op.def().name(),
-                        format!(
-                            "reference produced {} for node %{i} typed {}",
-                            out.shape, n.ty
-                        ),
+                        format!("reference produced {} for node %{i} typed {}", out.shape, n.ty),
                     ));
                 }
                 out
@@ -48,35 +42,16 @@ pub fn evaluate(g: &Graph, feeds: &[(&str, HostTensor)]) -> Result<Vec<HostTenso
             }
         }
     }
-    Ok(g.outputs()
-        .iter()
-        .map(|o| vals[o.index()].clone().expect("output kept"))
-        .collect())
+    Ok(g.outputs().iter().map(|o| vals[o.index()].clone().expect("output kept")).collect())
 }
 
-fn fed(
-    feeds: &HashMap<&str, &HostTensor>,
-    name: &str,
-    ty: &crate::Shape,
-    kind: &'static str,
-) -> Result<HostTensor> {
+fn fed(feeds: &HashMap<&str, &HostTensor>, name: &str, ty: &crate::Shape, kind: &'static str) -> Result<HostTensor> {
     let t = feeds.get(name).ok_or_else(|| match kind {
-        "param" => Error::ParamNotSet {
-            name: name.into(),
-            shape: ty.clone(),
-        },
-        _ => Error::MissingInput {
-            name: name.into(),
-            shape: ty.clone(),
-        },
+        "param" => Error::ParamNotSet { name: name.into(), shape: ty.clone() },
+        _ => Error::MissingInput { name: name.into(), shape: ty.clone() },
     })?;
     if t.shape.dtype != ty.dtype {
-        return Err(Error::DTypeMismatch {
-            kind,
-            name: name.into(),
-            expected: ty.dtype,
-            got: t.shape.dtype,
-        });
+        return Err(Error::DTypeMismatch { kind, name: name.into(), expected: ty.dtype, got: t.shape.dtype });
     }
     if &t.shape != ty {
         return Err(Error::DataLength {

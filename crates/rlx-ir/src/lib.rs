@@ -31,7 +31,7 @@ pub use dtype::{DType, DTypeClass};
 pub use error::{Error, Result};
 pub use graph::{Graph, Node, NodeId};
 pub use op::{Arity, OpDef, OpTraits, Sample};
-pub use ops::Op;
+pub use ops::{MaskKind, Op, OpKind};
 pub use scalar::Scalar;
 pub use shape::{Dim, Shape};
 pub use tensor::{Data, HostTensor};

@@ -81,16 +81,8 @@ pub struct Sample {
 
 impl Sample {
     /// A sample from anything convertible to an op.
-    pub fn new(
-        label: impl Into<String>,
-        op: impl Into<crate::Op>,
-        inputs: Vec<HostTensor>,
-    ) -> Self {
-        Sample {
-            label: label.into(),
-            op: op.into(),
-            inputs,
-        }
+    pub fn new(label: impl Into<String>, op: impl Into<crate::Op>, inputs: Vec<HostTensor>) -> Self {
+        Sample { label: label.into(), op: op.into(), inputs }
     }
 }
 
@@ -120,34 +112,17 @@ pub trait OpDef: fmt::Debug + Send + Sync {
 
     /// Forward-mode rule: output tangent from input tangents (None = zero). Filled by the
     /// transforms issue; ops without one differentiate through `decompose`.
-    fn jvp(
-        &self,
-        _g: &mut Graph,
-        _ins: &[NodeId],
-        _tangents: &[Option<NodeId>],
-        _out: NodeId,
-    ) -> Option<NodeId> {
+    fn jvp(&self, _g: &mut Graph, _ins: &[NodeId], _tangents: &[Option<NodeId>], _out: NodeId) -> Option<NodeId> {
         None
     }
 
     /// Reverse-mode rule: one cotangent per input (None = zero or not differentiable).
-    fn vjp(
-        &self,
-        _g: &mut Graph,
-        _ins: &[NodeId],
-        _out: NodeId,
-        _cotangent: NodeId,
-    ) -> Option<Vec<Option<NodeId>>> {
+    fn vjp(&self, _g: &mut Graph, _ins: &[NodeId], _out: NodeId, _cotangent: NodeId) -> Option<Vec<Option<NodeId>>> {
         None
     }
 
     /// Batching rule: inputs with their batch axis (None = not batched); returns the output and its batch axis.
-    fn batch(
-        &self,
-        _g: &mut Graph,
-        _ins: &[NodeId],
-        _axes: &[Option<usize>],
-    ) -> Option<(NodeId, Option<usize>)> {
+    fn batch(&self, _g: &mut Graph, _ins: &[NodeId], _axes: &[Option<usize>]) -> Option<(NodeId, Option<usize>)> {
         None
     }
 

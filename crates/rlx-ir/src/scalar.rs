@@ -8,12 +8,7 @@ use std::ops::{Add, Div, Mul, Neg, Sub};
 
 /// Arithmetic every elementwise expression may use.
 pub trait Scalar:
-    Copy
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
+    Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> + Neg<Output = Self>
 {
     /// A constant of this type (the receiver only selects the type or context).
     fn c(self, v: f64) -> Self;

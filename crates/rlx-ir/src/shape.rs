@@ -51,10 +51,7 @@ pub struct Shape {
 impl Shape {
     /// A shape with fixed dims.
     pub fn new(dims: &[usize], dtype: DType) -> Self {
-        Shape {
-            dims: dims.iter().map(|&d| Dim::Fixed(d)).collect(),
-            dtype,
-        }
+        Shape { dims: dims.iter().map(|&d| Dim::Fixed(d)).collect(), dtype }
     }
 
     /// A shape from dims that may be symbolic.
@@ -64,10 +61,7 @@ impl Shape {
 
     /// A rank-0 shape.
     pub fn scalar(dtype: DType) -> Self {
-        Shape {
-            dims: vec![],
-            dtype,
-        }
+        Shape { dims: vec![], dtype }
     }
 
     /// Number of dimensions.
@@ -87,8 +81,7 @@ impl Shape {
 
     /// The fixed dims, or an inference error naming the first symbol.
     pub fn dims_fixed(&self) -> Result<Vec<usize>, String> {
-        self.fixed_dims()
-            .ok_or_else(|| format!("this op needs static dims, got {self}"))
+        self.fixed_dims().ok_or_else(|| format!("this op needs static dims, got {self}"))
     }
 
     /// Element count when static.
@@ -103,10 +96,7 @@ impl Shape {
 
     /// The same dims with another dtype.
     pub fn with_dtype(&self, dtype: DType) -> Shape {
-        Shape {
-            dims: self.dims.clone(),
-            dtype,
-        }
+        Shape { dims: self.dims.clone(), dtype }
     }
 
     /// Normalizes a possibly negative axis against this rank.
@@ -127,19 +117,12 @@ impl Shape {
 pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        Err(format!("axis {axis} is out of range for rank {rank}"))
-    } else {
-        Ok(a as usize)
-    }
+    if a < 0 || a >= r { Err(format!("axis {axis} is out of range for rank {rank}")) } else { Ok(a as usize) }
 }
 
 /// Normalizes a list of axes, rejecting duplicates; the result is sorted.
 pub fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>, String> {
-    let mut out = axes
-        .iter()
-        .map(|&a| normalize_axis(a, rank))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = axes.iter().map(|&a| normalize_axis(a, rank)).collect::<Result<Vec<_>, _>>()?;
     out.sort_unstable();
     if out.windows(2).any(|w| w[0] == w[1]) {
         return Err(format!("axes {axes:?} repeat an axis"));
@@ -152,16 +135,8 @@ pub fn broadcast_dims(a: &[Dim], b: &[Dim]) -> Result<Vec<Dim>, String> {
     let n = a.len().max(b.len());
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        let da = if i + a.len() >= n {
-            &a[i + a.len() - n]
-        } else {
-            &Dim::Fixed(1)
-        };
-        let db = if i + b.len() >= n {
-            &b[i + b.len() - n]
-        } else {
-            &Dim::Fixed(1)
-        };
+        let da = if i + a.len() >= n { &a[i + a.len() - n] } else { &Dim::Fixed(1) };
+        let db = if i + b.len() >= n { &b[i + b.len() - n] } else { &Dim::Fixed(1) };
         let d = match (da, db) {
             (x, y) if x == y => x.clone(),
             (Dim::Fixed(1), y) => y.clone(),
@@ -200,14 +175,11 @@ impl FromStr for Shape {
     /// Parses `f32[2,batch,4]`.
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let open = s
-            .find('[')
-            .ok_or_else(|| format!("expected `dtype[dims]`, got `{s}`"))?;
+        let open = s.find('[').ok_or_else(|| format!("expected `dtype[dims]`, got `{s}`"))?;
         if !s.ends_with(']') {
             return Err(format!("expected `dtype[dims]`, got `{s}`"));
         }
-        let dtype = DType::from_name(&s[..open])
-            .ok_or_else(|| format!("unknown dtype `{}`", &s[..open]))?;
+        let dtype = DType::from_name(&s[..open]).ok_or_else(|| format!("unknown dtype `{}`", &s[..open]))?;
         let inner = &s[open + 1..s.len() - 1];
         let mut dims = vec![];
         for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -255,10 +227,7 @@ mod tests {
     #[test]
     fn broadcasting() {
         let f = |v: &[usize]| v.iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>();
-        assert_eq!(
-            broadcast_dims(&f(&[2, 1, 3]), &f(&[4, 1])).unwrap(),
-            f(&[2, 4, 3])
-        );
+        assert_eq!(broadcast_dims(&f(&[2, 1, 3]), &f(&[4, 1])).unwrap(), f(&[2, 4, 3]));
         assert!(broadcast_dims(&f(&[2]), &f(&[3])).is_err());
         let b = vec![Dim::Sym("b".into()), Dim::Fixed(3)];
         assert_eq!(broadcast_dims(&b, &f(&[1, 3])).unwrap(), b);

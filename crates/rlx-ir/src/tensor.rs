@@ -129,10 +129,7 @@ impl HostTensor {
         if !class_ok || data.len() != n {
             return Err(Error::eval(
                 "tensor",
-                format!(
-                    "data ({} elements of the wrong class or count) does not fit {shape}",
-                    data.len()
-                ),
+                format!("data ({} elements of the wrong class or count) does not fit {shape}", data.len()),
             ));
         }
         let mut t = HostTensor { shape, data };
@@ -142,10 +139,7 @@ impl HostTensor {
 
     /// An f32 tensor.
     pub fn from_f32(dims: &[usize], v: &[f32]) -> Result<Self> {
-        Self::new(
-            Shape::new(dims, DType::F32),
-            Data::F(v.iter().map(|&x| x as f64).collect()),
-        )
+        Self::new(Shape::new(dims, DType::F32), Data::F(v.iter().map(|&x| x as f64).collect()))
     }
 
     /// A float tensor of any float dtype, from f64 values (rounded).
@@ -202,9 +196,7 @@ impl HostTensor {
         match &mut self.data {
             Data::F(v) if dt != DType::F64 => v.iter_mut().for_each(|x| *x = round_float(*x, dt)),
             Data::I(v) => v.iter_mut().for_each(|x| *x = wrap_int(*x, dt)),
-            Data::C(v) => v
-                .iter_mut()
-                .for_each(|c| *c = [round_float(c[0], dt), round_float(c[1], dt)]),
+            Data::C(v) => v.iter_mut().for_each(|c| *c = [round_float(c[0], dt), round_float(c[1], dt)]),
             _ => {}
         }
     }
@@ -245,29 +237,18 @@ impl HostTensor {
             (Data::I(v), DTypeClass::Float) => Data::F(v.iter().map(|&x| x as f64).collect()),
             (Data::I(v), DTypeClass::Int) => Data::I(v.clone()),
             (Data::I(v), DTypeClass::Bool) => Data::B(v.iter().map(|&x| x != 0).collect()),
-            (Data::I(v), DTypeClass::Complex) => {
-                Data::C(v.iter().map(|&x| [x as f64, 0.0]).collect())
-            }
+            (Data::I(v), DTypeClass::Complex) => Data::C(v.iter().map(|&x| [x as f64, 0.0]).collect()),
             (Data::B(v), DTypeClass::Float) => Data::F(v.iter().map(|&b| b as u8 as f64).collect()),
             (Data::B(v), DTypeClass::Int) => Data::I(v.iter().map(|&b| b as i64).collect()),
             (Data::B(v), DTypeClass::Bool) => Data::B(v.clone()),
-            (Data::B(v), DTypeClass::Complex) => {
-                Data::C(v.iter().map(|&b| [b as u8 as f64, 0.0]).collect())
-            }
+            (Data::B(v), DTypeClass::Complex) => Data::C(v.iter().map(|&b| [b as u8 as f64, 0.0]).collect()),
             (Data::C(v), DTypeClass::Float) => Data::F(v.iter().map(|c| c[0]).collect()),
-            (Data::C(v), DTypeClass::Int) => {
-                Data::I(v.iter().map(|c| float_to_int(c[0])).collect())
-            }
-            (Data::C(v), DTypeClass::Bool) => {
-                Data::B(v.iter().map(|c| c[0] != 0.0 || c[1] != 0.0).collect())
-            }
+            (Data::C(v), DTypeClass::Int) => Data::I(v.iter().map(|c| float_to_int(c[0])).collect()),
+            (Data::C(v), DTypeClass::Bool) => Data::B(v.iter().map(|c| c[0] != 0.0 || c[1] != 0.0).collect()),
             (Data::C(v), DTypeClass::Complex) => Data::C(v.clone()),
         };
         debug_assert_eq!(data.len(), n);
-        let mut t = HostTensor {
-            shape: self.shape.with_dtype(to),
-            data,
-        };
+        let mut t = HostTensor { shape: self.shape.with_dtype(to), data };
         t.round_in_place();
         t
     }
@@ -279,57 +260,21 @@ impl HostTensor {
         if bytes.len() != n * dt.size_bytes() {
             return Err(Error::eval(
                 "from_bytes",
-                format!(
-                    "{shape} needs {} bytes, got {}",
-                    n * dt.size_bytes(),
-                    bytes.len()
-                ),
+                format!("{shape} needs {} bytes, got {}", n * dt.size_bytes(), bytes.len()),
             ));
         }
         let ch = |k: usize| bytes.chunks_exact(k);
         let data = match dt {
-            DType::F32 => Data::F(
-                ch(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
-                    .collect(),
-            ),
-            DType::F64 => Data::F(
-                ch(8)
-                    .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-                    .collect(),
-            ),
-            DType::F16 => Data::F(
-                ch(2)
-                    .map(|b| f16::from_le_bytes(b.try_into().unwrap()).to_f64())
-                    .collect(),
-            ),
-            DType::BF16 => Data::F(
-                ch(2)
-                    .map(|b| bf16::from_le_bytes(b.try_into().unwrap()).to_f64())
-                    .collect(),
-            ),
+            DType::F32 => Data::F(ch(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect()),
+            DType::F64 => Data::F(ch(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()),
+            DType::F16 => Data::F(ch(2).map(|b| f16::from_le_bytes(b.try_into().unwrap()).to_f64()).collect()),
+            DType::BF16 => Data::F(ch(2).map(|b| bf16::from_le_bytes(b.try_into().unwrap()).to_f64()).collect()),
             DType::I8 => Data::I(bytes.iter().map(|&b| b as i8 as i64).collect()),
             DType::U8 => Data::I(bytes.iter().map(|&b| b as i64).collect()),
-            DType::I16 => Data::I(
-                ch(2)
-                    .map(|b| i16::from_le_bytes(b.try_into().unwrap()) as i64)
-                    .collect(),
-            ),
-            DType::I32 => Data::I(
-                ch(4)
-                    .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as i64)
-                    .collect(),
-            ),
-            DType::U32 => Data::I(
-                ch(4)
-                    .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as i64)
-                    .collect(),
-            ),
-            DType::I64 => Data::I(
-                ch(8)
-                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
-                    .collect(),
-            ),
+            DType::I16 => Data::I(ch(2).map(|b| i16::from_le_bytes(b.try_into().unwrap()) as i64).collect()),
+            DType::I32 => Data::I(ch(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as i64).collect()),
+            DType::U32 => Data::I(ch(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as i64).collect()),
+            DType::I64 => Data::I(ch(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect()),
             DType::Bool => Data::B(bytes.iter().map(|&b| b != 0).collect()),
             DType::C64 => Data::C(
                 ch(8)
@@ -406,11 +351,7 @@ pub mod float_vec {
     /// Deserializes.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
         let items = Vec::<F>::deserialize(d)?;
-        items
-            .into_iter()
-            .map(from_item)
-            .collect::<Result<_, _>>()
-            .map_err(serde::de::Error::custom)
+        items.into_iter().map(from_item).collect::<Result<_, _>>().map_err(serde::de::Error::custom)
     }
 
     fn to_item(x: f64) -> F {
@@ -461,11 +402,7 @@ mod tests {
             let t = HostTensor::full(&Shape::new(&[3], dt), 2.0).unwrap();
             let b = t.to_bytes();
             assert_eq!(b.len(), 3 * dt.size_bytes());
-            assert_eq!(
-                HostTensor::from_bytes(t.shape.clone(), &b).unwrap(),
-                t,
-                "{dt}"
-            );
+            assert_eq!(HostTensor::from_bytes(t.shape.clone(), &b).unwrap(), t, "{dt}");
         }
     }
 

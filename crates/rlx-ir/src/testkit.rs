@@ -17,31 +17,20 @@ pub fn tolerance(dtype: DType) -> (f64, f64) {
 /// Checks `got` against `want`: same type, values within the dtype's tolerance (NaN matches NaN).
 pub fn compare(got: &HostTensor, want: &HostTensor) -> std::result::Result<(), String> {
     if got.shape != want.shape {
-        return Err(format!(
-            "type {} but the reference gives {}",
-            got.shape, want.shape
-        ));
+        return Err(format!("type {} but the reference gives {}", got.shape, want.shape));
     }
     let (atol, rtol) = tolerance(want.shape.dtype);
-    let close = |a: f64, b: f64| {
-        (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs()
-    };
+    let close = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
     let bad = match (&got.data, &want.data) {
-        (Data::F(a), Data::F(b)) => a
-            .iter()
-            .zip(b)
-            .position(|(x, y)| !close(*x, *y))
-            .map(|i| format!("element {i}: {} vs {}", a[i], b[i])),
-        (Data::I(a), Data::I(b)) => a
-            .iter()
-            .zip(b)
-            .position(|(x, y)| x != y)
-            .map(|i| format!("element {i}: {} vs {}", a[i], b[i])),
-        (Data::B(a), Data::B(b)) => a
-            .iter()
-            .zip(b)
-            .position(|(x, y)| x != y)
-            .map(|i| format!("element {i}: {} vs {}", a[i], b[i])),
+        (Data::F(a), Data::F(b)) => {
+            a.iter().zip(b).position(|(x, y)| !close(*x, *y)).map(|i| format!("element {i}: {} vs {}", a[i], b[i]))
+        }
+        (Data::I(a), Data::I(b)) => {
+            a.iter().zip(b).position(|(x, y)| x != y).map(|i| format!("element {i}: {} vs {}", a[i], b[i]))
+        }
+        (Data::B(a), Data::B(b)) => {
+            a.iter().zip(b).position(|(x, y)| x != y).map(|i| format!("element {i}: {} vs {}", a[i], b[i]))
+        }
         (Data::C(a), Data::C(b)) => a
             .iter()
             .zip(b)
@@ -83,11 +72,7 @@ impl ConformanceReport {
     /// Panics with every failure listed (for use in tests).
     pub fn assert_all_pass(&self) {
         if !self.failed.is_empty() {
-            let lines: Vec<String> = self
-                .failed
-                .iter()
-                .map(|(l, w)| format!("  {l}: {w}"))
-                .collect();
+            let lines: Vec<String> = self.failed.iter().map(|(l, w)| format!("  {l}: {w}")).collect();
             panic!(
                 "{} of {} samples failed:\n{}",
                 self.failed.len(),
@@ -99,9 +84,7 @@ impl ConformanceReport {
 }
 
 /// Runs every op's samples through `run` (a backend) and compares with the reference.
-pub fn run_conformance(
-    run: impl Fn(&Graph, &[(&str, HostTensor)]) -> Result<Vec<HostTensor>>,
-) -> ConformanceReport {
+pub fn run_conformance(run: impl Fn(&Graph, &[(&str, HostTensor)]) -> Result<Vec<HostTensor>>) -> ConformanceReport {
     run_samples(Op::all_samples(), run)
 }
 
@@ -112,14 +95,17 @@ pub fn run_samples(
 ) -> ConformanceReport {
     let mut rep = ConformanceReport::default();
     for s in samples {
-        let outcome = (|| -> std::result::Result<(), String> {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> std::result::Result<(), String> {
             let (g, feeds) = sample_graph(&s).map_err(|e| format!("building: {e}"))?;
-            let feeds: Vec<(&str, HostTensor)> =
-                feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let feeds: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
             let want = interp::evaluate(&g, &feeds).map_err(|e| format!("reference: {e}"))?;
             let got = run(&g, &feeds).map_err(|e| format!("backend: {e}"))?;
             compare(&got[0], &want[0])
-        })();
+        }))
+        .unwrap_or_else(|p| {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            Err(format!("panicked: {}", msg.unwrap_or_default()))
+        });
         match outcome {
             Ok(()) => rep.passed.push(s.label),
             Err(e) => rep.failed.push((s.label, e)),

@@ -26,11 +26,7 @@ pub fn op_text(op: &Op) -> (String, Option<String>) {
     if obj.get("kind").and_then(Value::as_str) == Some(name.as_str()) {
         obj.remove("kind");
     }
-    let attrs = if obj.is_empty() {
-        None
-    } else {
-        Some(Value::Object(obj).to_string())
-    };
+    let attrs = if obj.is_empty() { None } else { Some(Value::Object(obj).to_string()) };
     (name, attrs)
 }
 
@@ -92,8 +88,7 @@ impl Graph {
             .strip_prefix("graph ")
             .and_then(|r| r.strip_suffix('{'))
             .ok_or_else(|| err(ln, "expected `graph \"name\" {`".into()))?;
-        let name: String = serde_json::from_str(name_json.trim())
-            .map_err(|e| err(ln, format!("graph name: {e}")))?;
+        let name: String = serde_json::from_str(name_json.trim()).map_err(|e| err(ln, format!("graph name: {e}")))?;
         let mut g = Graph::new(name);
         let mut ids: HashMap<String, NodeId> = HashMap::new();
         let mut done = false;
@@ -110,38 +105,23 @@ impl Graph {
                     .split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        ids.get(s)
-                            .copied()
-                            .ok_or_else(|| err(ln, format!("unknown value `{s}`")))
-                    })
+                    .map(|s| ids.get(s).copied().ok_or_else(|| err(ln, format!("unknown value `{s}`"))))
                     .collect::<Result<Vec<_>>>()?;
                 g.set_outputs(outs);
                 continue;
             }
-            let (lhs, rhs) = line
-                .split_once(" = ")
-                .ok_or_else(|| err(ln, format!("expected `%id = op(...)`, got `{line}`")))?;
-            let (body, ty) = rhs
-                .rsplit_once(" : ")
-                .ok_or_else(|| err(ln, "missing ` : type`".into()))?;
+            let (lhs, rhs) =
+                line.split_once(" = ").ok_or_else(|| err(ln, format!("expected `%id = op(...)`, got `{line}`")))?;
+            let (body, ty) = rhs.rsplit_once(" : ").ok_or_else(|| err(ln, "missing ` : type`".into()))?;
             let ty: Shape = ty.parse().map_err(|e| err(ln, e))?;
-            let open = body
-                .find('(')
-                .ok_or_else(|| err(ln, "missing `(`".into()))?;
-            let close = body
-                .find(')')
-                .ok_or_else(|| err(ln, "missing `)`".into()))?;
+            let open = body.find('(').ok_or_else(|| err(ln, "missing `(`".into()))?;
+            let close = body.find(')').ok_or_else(|| err(ln, "missing `)`".into()))?;
             let op_name = body[..open].trim();
             let args = body[open + 1..close]
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
-                .map(|s| {
-                    ids.get(s)
-                        .copied()
-                        .ok_or_else(|| err(ln, format!("unknown value `{s}`")))
-                })
+                .map(|s| ids.get(s).copied().ok_or_else(|| err(ln, format!("unknown value `{s}`"))))
                 .collect::<Result<Vec<_>>>()?;
             let attrs_text = body[close + 1..].trim();
             let attrs = if attrs_text.is_empty() {

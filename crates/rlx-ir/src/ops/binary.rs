@@ -4,8 +4,8 @@
 use crate::ops::util::{broadcast_index_map, fixed, rand_f64, rand_i64, same_dtype};
 use crate::shape::broadcast_dims;
 use crate::{
-    DType, DTypeClass, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample,
-    Scalar, Shape, op::Arity,
+    DType, DTypeClass, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Scalar, Shape,
+    op::Arity,
 };
 use serde::{Deserialize, Serialize};
 
@@ -17,10 +17,7 @@ fn cmul(a: C, b: C) -> C {
 
 fn cdiv(a: C, b: C) -> C {
     let d = b[0] * b[0] + b[1] * b[1];
-    [
-        (a[0] * b[0] + a[1] * b[1]) / d,
-        (a[1] * b[0] - a[0] * b[1]) / d,
-    ]
+    [(a[0] * b[0] + a[1] * b[1]) / d, (a[1] * b[0] - a[0] * b[1]) / d]
 }
 
 macro_rules! binary_family {
@@ -88,10 +85,7 @@ binary_family! {
 /// Broadcast output type of two inputs sharing a dtype.
 fn broadcast_infer(ins: &[&Shape]) -> std::result::Result<Shape, String> {
     let dt = same_dtype(ins)?;
-    Ok(Shape::with_dims(
-        broadcast_dims(&ins[0].dims, &ins[1].dims)?,
-        dt,
-    ))
+    Ok(Shape::with_dims(broadcast_dims(&ins[0].dims, &ins[1].dims)?, dt))
 }
 
 /// Broadcast input data to the output dims, returning per-element pairs through `f`.
@@ -139,22 +133,16 @@ impl OpDef for Binary {
         Ok(out)
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
-        let (ad, bd, od) = (
-            ins[0].dims(),
-            ins[1].dims(),
-            out.fixed_dims().unwrap_or_default(),
-        );
+        let (ad, bd, od) = (ins[0].dims(), ins[1].dims(), out.fixed_dims().unwrap_or_default());
         let k = self.kind;
         let data = match (&ins[0].data, &ins[1].data) {
-            (Data::F(a), Data::F(b)) => {
-                Data::F(broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x, y)))
+            (Data::F(a), Data::F(b)) => Data::F(broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x, y))),
+            (Data::I(a), Data::I(b)) => {
+                Data::I(broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval_int(x, y).unwrap_or(0)))
             }
-            (Data::I(a), Data::I(b)) => Data::I(broadcast_pair(a, b, &ad, &bd, &od, |x, y| {
-                k.eval_int(x, y).unwrap_or(0)
-            })),
-            (Data::C(a), Data::C(b)) => Data::C(broadcast_pair(a, b, &ad, &bd, &od, |x, y| {
-                k.eval_complex(x, y).unwrap_or([0.0; 2])
-            })),
+            (Data::C(a), Data::C(b)) => {
+                Data::C(broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval_complex(x, y).unwrap_or([0.0; 2])))
+            }
             _ => return Err(Error::eval(self.name(), "mismatched input classes")),
         };
         HostTensor::new(out.clone(), data)
@@ -167,8 +155,7 @@ impl OpDef for Binary {
                 let n = dims.iter().product();
                 let mut v = rand_f64(n, lo, 2.0, seed);
                 if kind == BinaryKind::Div {
-                    v.iter_mut()
-                        .for_each(|x| *x = if *x >= 0.0 { *x + 0.5 } else { *x - 0.5 });
+                    v.iter_mut().for_each(|x| *x = if *x >= 0.0 { *x + 0.5 } else { *x - 0.5 });
                 }
                 HostTensor::from_f64(dims, dt, &v).expect("sample")
             };
@@ -180,22 +167,12 @@ impl OpDef for Binary {
             ];
             for (i, (a, b, dt)) in cases.into_iter().enumerate() {
                 let ins = vec![mk(a, dt, 3 + i as u64), mk(b, dt, 7 + i as u64)];
-                out.push(Sample::new(
-                    format!("{}/{dt}{a:?}x{b:?}", kind.name()),
-                    Binary { kind },
-                    ins,
-                ));
+                out.push(Sample::new(format!("{}/{dt}{a:?}x{b:?}", kind.name()), Binary { kind }, ins));
             }
             if kind.eval_int(1, 1).is_some() {
-                let a = HostTensor::from_i64(&[2, 3], DType::I32, &rand_i64(6, -9, 9, 5))
-                    .expect("sample");
-                let b =
-                    HostTensor::from_i64(&[3], DType::I32, &rand_i64(3, -9, 9, 6)).expect("sample");
-                out.push(Sample::new(
-                    format!("{}/i32", kind.name()),
-                    Binary { kind },
-                    vec![a, b],
-                ));
+                let a = HostTensor::from_i64(&[2, 3], DType::I32, &rand_i64(6, -9, 9, 5)).expect("sample");
+                let b = HostTensor::from_i64(&[3], DType::I32, &rand_i64(3, -9, 9, 6)).expect("sample");
+                out.push(Sample::new(format!("{}/i32", kind.name()), Binary { kind }, vec![a, b]));
             }
         }
         out
@@ -222,14 +199,8 @@ pub enum CompareKind {
 
 impl CompareKind {
     /// Every member.
-    pub const ALL: &'static [CompareKind] = &[
-        CompareKind::Eq,
-        CompareKind::Ne,
-        CompareKind::Lt,
-        CompareKind::Le,
-        CompareKind::Gt,
-        CompareKind::Ge,
-    ];
+    pub const ALL: &'static [CompareKind] =
+        &[CompareKind::Eq, CompareKind::Ne, CompareKind::Lt, CompareKind::Le, CompareKind::Gt, CompareKind::Ge];
     /// The op name.
     pub fn name(self) -> &'static str {
         match self {
@@ -280,19 +251,13 @@ impl OpDef for Compare {
         Ok(s.with_dtype(DType::Bool))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
-        let (ad, bd, od) = (
-            ins[0].dims(),
-            ins[1].dims(),
-            fixed(&out.dims).unwrap_or_default(),
-        );
+        let (ad, bd, od) = (ins[0].dims(), ins[1].dims(), fixed(&out.dims).unwrap_or_default());
         let k = self.kind;
         let v = match (&ins[0].data, &ins[1].data) {
             (Data::F(a), Data::F(b)) => broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x, y)),
             (Data::I(a), Data::I(b)) => broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x, y)),
             (Data::B(a), Data::B(b)) => broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x, y)),
-            (Data::C(a), Data::C(b)) => {
-                broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x == y, true))
-            }
+            (Data::C(a), Data::C(b)) => broadcast_pair(a, b, &ad, &bd, &od, |x, y| k.eval(x == y, true)),
             _ => return Err(Error::eval(self.name(), "mismatched input classes")),
         };
         HostTensor::new(out.clone(), Data::B(v))
@@ -301,30 +266,14 @@ impl OpDef for Compare {
         let mut out = vec![];
         for &kind in CompareKind::ALL {
             // Small integers stored as floats make ties likely, so == and <= are exercised.
-            let a = rand_i64(6, -2, 3, 1)
-                .into_iter()
-                .map(|x| x as f64)
-                .collect::<Vec<_>>();
-            let b = rand_i64(3, -2, 3, 2)
-                .into_iter()
-                .map(|x| x as f64)
-                .collect::<Vec<_>>();
+            let a = rand_i64(6, -2, 3, 1).into_iter().map(|x| x as f64).collect::<Vec<_>>();
+            let b = rand_i64(3, -2, 3, 2).into_iter().map(|x| x as f64).collect::<Vec<_>>();
             let fa = HostTensor::from_f64(&[2, 3], DType::F32, &a).expect("sample");
             let fb = HostTensor::from_f64(&[3], DType::F32, &b).expect("sample");
-            out.push(Sample::new(
-                format!("{}/f32", kind.name()),
-                Compare { kind },
-                vec![fa, fb],
-            ));
-            let ia =
-                HostTensor::from_i64(&[2, 3], DType::I64, &rand_i64(6, -2, 3, 3)).expect("sample");
-            let ib =
-                HostTensor::from_i64(&[2, 1], DType::I64, &rand_i64(2, -2, 3, 4)).expect("sample");
-            out.push(Sample::new(
-                format!("{}/i64", kind.name()),
-                Compare { kind },
-                vec![ia, ib],
-            ));
+            out.push(Sample::new(format!("{}/f32", kind.name()), Compare { kind }, vec![fa, fb]));
+            let ia = HostTensor::from_i64(&[2, 3], DType::I64, &rand_i64(6, -2, 3, 3)).expect("sample");
+            let ib = HostTensor::from_i64(&[2, 1], DType::I64, &rand_i64(2, -2, 3, 4)).expect("sample");
+            out.push(Sample::new(format!("{}/i64", kind.name()), Compare { kind }, vec![ia, ib]));
         }
         out
     }
@@ -344,10 +293,7 @@ impl Graph {
     }
 
     fn promote_pair(&mut self, a: NodeId, b: NodeId) -> (NodeId, NodeId) {
-        match (
-            self.shape(a).map(|s| s.dtype),
-            self.shape(b).map(|s| s.dtype),
-        ) {
+        match (self.shape(a).map(|s| s.dtype), self.shape(b).map(|s| s.dtype)) {
             (Some(da), Some(db)) if da != db => {
                 let to = DType::promote(da, db);
                 (self.cast_to(a, to), self.cast_to(b, to))

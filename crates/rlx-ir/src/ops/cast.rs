@@ -2,10 +2,7 @@
 
 use crate::ops::util::{broadcast_index_map, rand_f64};
 use crate::shape::broadcast_dims;
-use crate::{
-    DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape,
-    op::Arity,
-};
+use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
 
 /// Converts elements to another dtype (float to int truncates toward zero and saturates).
@@ -32,38 +29,17 @@ impl OpDef for Cast {
         Ok(ins[0].cast(self.to))
     }
     fn samples() -> Vec<Sample> {
-        let f = HostTensor::from_f64(&[6], DType::F32, &[-2.7, -0.5, 0.0, 0.49, 1.5, 300.25])
-            .expect("sample");
+        let f = HostTensor::from_f64(&[6], DType::F32, &[-2.7, -0.5, 0.0, 0.49, 1.5, 300.25]).expect("sample");
         let i = HostTensor::from_i64(&[4], DType::I32, &[-3, 0, 1, 70000]).expect("sample");
         let b = HostTensor::from_bool(&[3], &[true, false, true]).expect("sample");
         let mut out = vec![];
-        for to in [
-            DType::F64,
-            DType::F16,
-            DType::BF16,
-            DType::I32,
-            DType::I64,
-            DType::U8,
-            DType::Bool,
-        ] {
-            out.push(Sample::new(
-                format!("cast/f32->{to}"),
-                Cast { to },
-                vec![f.clone()],
-            ));
+        for to in [DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::Bool] {
+            out.push(Sample::new(format!("cast/f32->{to}"), Cast { to }, vec![f.clone()]));
         }
         for to in [DType::F32, DType::I8, DType::F64, DType::Bool] {
-            out.push(Sample::new(
-                format!("cast/i32->{to}"),
-                Cast { to },
-                vec![i.clone()],
-            ));
+            out.push(Sample::new(format!("cast/i32->{to}"), Cast { to }, vec![i.clone()]));
         }
-        out.push(Sample::new(
-            "cast/bool->f32",
-            Cast { to: DType::F32 },
-            vec![b],
-        ));
+        out.push(Sample::new("cast/bool->f32", Cast { to: DType::F32 }, vec![b]));
         out
     }
 }
@@ -87,10 +63,7 @@ impl OpDef for Where {
             return Err(format!("condition must be bool, got {}", ins[0].dtype));
         }
         if ins[1].dtype != ins[2].dtype {
-            return Err(format!(
-                "branches must share a dtype, got {} and {}",
-                ins[1].dtype, ins[2].dtype
-            ));
+            return Err(format!("branches must share a dtype, got {} and {}", ins[1].dtype, ins[2].dtype));
         }
         let d = broadcast_dims(&broadcast_dims(&ins[0].dims, &ins[1].dims)?, &ins[2].dims)?;
         Ok(Shape::with_dims(d, ins[1].dtype))
@@ -105,26 +78,19 @@ impl OpDef for Where {
         };
         // Pick the source flat index per element, then gather from a concatenation of a and b.
         let na = ins[1].numel();
-        let pick: Vec<usize> = (0..ic.len())
-            .map(|i| if c[ic[i]] { ia[i] } else { na + ib[i] })
-            .collect();
-        let both = Data::concat(&[&ins[1].data, &ins[2].data])
-            .ok_or_else(|| Error::eval("where", "branch classes differ"))?;
+        let pick: Vec<usize> = (0..ic.len()).map(|i| if c[ic[i]] { ia[i] } else { na + ib[i] }).collect();
+        let both =
+            Data::concat(&[&ins[1].data, &ins[2].data]).ok_or_else(|| Error::eval("where", "branch classes differ"))?;
         HostTensor::new(out.clone(), both.gather(&pick))
     }
     fn samples() -> Vec<Sample> {
-        let c = HostTensor::from_bool(&[2, 3], &[true, false, true, false, false, true])
-            .expect("sample");
-        let a =
-            HostTensor::from_f64(&[2, 3], DType::F32, &rand_f64(6, -1.0, 1.0, 1)).expect("sample");
+        let c = HostTensor::from_bool(&[2, 3], &[true, false, true, false, false, true]).expect("sample");
+        let a = HostTensor::from_f64(&[2, 3], DType::F32, &rand_f64(6, -1.0, 1.0, 1)).expect("sample");
         let b = HostTensor::from_f64(&[3], DType::F32, &rand_f64(3, -1.0, 1.0, 2)).expect("sample");
         let c2 = HostTensor::from_bool(&[2, 1], &[true, false]).expect("sample");
         let ia = HostTensor::from_i64(&[1, 3], DType::I64, &[1, 2, 3]).expect("sample");
         let ib = HostTensor::from_i64(&[], DType::I64, &[-1]).expect("sample");
-        vec![
-            Sample::new("where/f32", Where {}, vec![c, a, b]),
-            Sample::new("where/i64", Where {}, vec![c2, ia, ib]),
-        ]
+        vec![Sample::new("where/f32", Where {}, vec![c, a, b]), Sample::new("where/i64", Where {}, vec![c2, ia, ib])]
     }
 }
 

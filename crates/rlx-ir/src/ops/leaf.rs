@@ -1,10 +1,7 @@
 //! Leaves: inputs, params, constants, `full` and `arange`.
 
 use crate::tensor::float_vec;
-use crate::{
-    DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape,
-    op::Arity,
-};
+use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
 
 /// A named runtime input.
@@ -41,10 +38,7 @@ macro_rules! fed_leaf {
                 Ok(self.shape.clone())
             }
             fn reference(&self, _ins: &[&HostTensor], _out: &Shape) -> Result<HostTensor> {
-                Err(Error::eval(
-                    $name,
-                    format!("`{}` is fed by the caller, not computed", self.name),
-                ))
+                Err(Error::eval($name, format!("`{}` is fed by the caller, not computed", self.name)))
             }
             fn samples() -> Vec<Sample> {
                 vec![]
@@ -121,30 +115,9 @@ impl OpDef for Full {
     }
     fn samples() -> Vec<Sample> {
         vec![
-            Sample::new(
-                "full/f32",
-                Full {
-                    shape: Shape::new(&[2, 3], DType::F32),
-                    value: -1.5,
-                },
-                vec![],
-            ),
-            Sample::new(
-                "full/-inf",
-                Full {
-                    shape: Shape::new(&[4], DType::F32),
-                    value: f64::NEG_INFINITY,
-                },
-                vec![],
-            ),
-            Sample::new(
-                "full/i32",
-                Full {
-                    shape: Shape::new(&[3], DType::I32),
-                    value: 7.0,
-                },
-                vec![],
-            ),
+            Sample::new("full/f32", Full { shape: Shape::new(&[2, 3], DType::F32), value: -1.5 }, vec![]),
+            Sample::new("full/-inf", Full { shape: Shape::new(&[4], DType::F32), value: f64::NEG_INFINITY }, vec![]),
+            Sample::new("full/i32", Full { shape: Shape::new(&[3], DType::I32), value: 7.0 }, vec![]),
         ]
     }
 }
@@ -179,33 +152,13 @@ impl OpDef for Arange {
         Ok(Shape::new(&[self.n], self.dtype))
     }
     fn reference(&self, _ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
-        let v: Vec<f64> = (0..self.n)
-            .map(|i| self.start + self.step * i as f64)
-            .collect();
+        let v: Vec<f64> = (0..self.n).map(|i| self.start + self.step * i as f64).collect();
         HostTensor::new(Shape::new(&[self.n], DType::F64), Data::F(v)).map(|t| t.cast(out.dtype))
     }
     fn samples() -> Vec<Sample> {
         vec![
-            Sample::new(
-                "arange/f32",
-                Arange {
-                    start: 0.5,
-                    step: 0.25,
-                    n: 6,
-                    dtype: DType::F32,
-                },
-                vec![],
-            ),
-            Sample::new(
-                "arange/i64",
-                Arange {
-                    start: 3.0,
-                    step: -2.0,
-                    n: 5,
-                    dtype: DType::I64,
-                },
-                vec![],
-            ),
+            Sample::new("arange/f32", Arange { start: 0.5, step: 0.25, n: 6, dtype: DType::F32 }, vec![]),
+            Sample::new("arange/i64", Arange { start: 3.0, step: -2.0, n: 5, dtype: DType::I64 }, vec![]),
         ]
     }
 }
@@ -218,14 +171,6 @@ impl Graph {
 
     /// `n` values `start, start + step, ...` of `dtype`.
     pub fn arange(&mut self, start: f64, step: f64, n: usize, dtype: DType) -> NodeId {
-        self.add_node(
-            Arange {
-                start,
-                step,
-                n,
-                dtype,
-            },
-            &[],
-        )
+        self.add_node(Arange { start, step, n, dtype }, &[])
     }
 }

@@ -3,8 +3,7 @@
 use crate::ops::util::{broadcast_index_map, fixed, rand_f64, rand_i64, same_dtype};
 use crate::shape::broadcast_dims;
 use crate::{
-    DType, DTypeClass, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample,
-    Shape, op::Arity,
+    DType, DTypeClass, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity,
 };
 use serde::{Deserialize, Serialize};
 
@@ -74,19 +73,17 @@ impl OpDef for MatMul {
             }};
         }
         let data = match (&ins[0].data, &ins[1].data) {
-            (Data::F(a), Data::F(b)) => {
-                Data::F(mm!(a, b, 0.0, |acc: f64, x: f64, y: f64| x.mul_add(y, acc)))
+            (Data::F(a), Data::F(b)) => Data::F(mm!(a, b, 0.0, |acc: f64, x: f64, y: f64| x.mul_add(y, acc))),
+            (Data::I(a), Data::I(b)) => {
+                Data::I(mm!(a, b, 0i64, |acc: i64, x: i64, y: i64| acc.wrapping_add(x.wrapping_mul(y))))
             }
-            (Data::I(a), Data::I(b)) => Data::I(mm!(a, b, 0i64, |acc: i64, x: i64, y: i64| acc
-                .wrapping_add(x.wrapping_mul(y)))),
             _ => return Err(Error::eval("matmul", "unsupported dtype")),
         };
         HostTensor::new(out.clone(), data)
     }
     fn samples() -> Vec<Sample> {
         let t = |d: &[usize], dt, s| {
-            HostTensor::from_f64(d, dt, &rand_f64(d.iter().product(), -1.0, 1.0, s))
-                .expect("sample")
+            HostTensor::from_f64(d, dt, &rand_f64(d.iter().product(), -1.0, 1.0, s)).expect("sample")
         };
         let cases: [(&[usize], &[usize], DType); 6] = [
             (&[3, 4], &[4, 5], DType::F32),

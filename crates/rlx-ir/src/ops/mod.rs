@@ -4,23 +4,43 @@
 use crate::{OpDef, Sample};
 use serde::{Deserialize, Serialize};
 
+pub mod attention;
 pub mod binary;
 pub mod cast;
+pub mod conv;
+pub mod cumsum;
+pub mod dims;
+pub mod gather;
 pub mod layout;
 pub mod leaf;
 pub mod matmul;
+pub mod norm;
+pub mod pool;
 pub mod reduce;
+pub mod rope;
+pub mod slice;
 pub mod softmax;
+pub mod topk;
 pub mod unary;
 pub mod util;
 
+pub use attention::{Attention, MaskKind};
 pub use binary::{Binary, BinaryKind, Compare, CompareKind};
 pub use cast::{Cast, Where};
+pub use conv::Conv2d;
+pub use cumsum::Cumsum;
+pub use dims::{BroadcastTo, ExpandDims, Squeeze};
+pub use gather::{Gather, ScatterAdd};
 pub use layout::{Reshape, Transpose};
 pub use leaf::{Arange, Constant, Full, Input, Param};
 pub use matmul::MatMul;
+pub use norm::{LayerNorm, RmsNorm};
+pub use pool::{AvgPool2d, MaxPool2d};
 pub use reduce::{ArgMax, Reduce, ReduceKind};
+pub use rope::Rope;
+pub use slice::{Concat, Slice};
 pub use softmax::{LogSoftmax, Softmax};
+pub use topk::{TopK, TopKOutput};
 pub use unary::{Unary, UnaryKind};
 
 macro_rules! define_ops {
@@ -32,7 +52,18 @@ macro_rules! define_ops {
             $(#[doc = stringify!($ty)] $variant($ty)),*
         }
 
+        /// The variant of an `Op` without its attributes: the key of backend kernel tables.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OpKind {
+            $(#[doc = stringify!($ty)] $variant),*
+        }
+
         impl Op {
+            /// The variant, without attributes.
+            pub fn kind(&self) -> OpKind {
+                match self { $(Op::$variant(_) => OpKind::$variant),* }
+            }
+
             /// The op's definition: name, traits, inference, reference, rules.
             pub fn def(&self) -> &dyn OpDef {
                 match self { $(Op::$variant(o) => o),* }
@@ -75,6 +106,22 @@ define_ops! {
     LogSoftmax(LogSoftmax),
     Reshape(Reshape),
     Transpose(Transpose),
+    BroadcastTo(BroadcastTo),
+    ExpandDims(ExpandDims),
+    Squeeze(Squeeze),
+    Slice(Slice),
+    Concat(Concat),
+    Gather(Gather),
+    ScatterAdd(ScatterAdd),
+    Cumsum(Cumsum),
+    TopK(TopK),
+    LayerNorm(LayerNorm),
+    RmsNorm(RmsNorm),
+    Attention(Attention),
+    Rope(Rope),
+    Conv2d(Conv2d),
+    MaxPool2d(MaxPool2d),
+    AvgPool2d(AvgPool2d),
 }
 
 /// CamelCase to snake_case, as serde's rename does.

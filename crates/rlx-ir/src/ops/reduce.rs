@@ -3,8 +3,7 @@
 use crate::ops::util::{rand_f64, rand_i64, unravel};
 use crate::shape::{normalize_axes, normalize_axis, strides};
 use crate::{
-    DType, DTypeClass, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result,
-    Sample, Shape, op::Arity,
+    DType, DTypeClass, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity,
 };
 use serde::{Deserialize, Serialize};
 
@@ -26,13 +25,8 @@ pub enum ReduceKind {
 
 impl ReduceKind {
     /// Every member.
-    pub const ALL: &'static [ReduceKind] = &[
-        ReduceKind::Sum,
-        ReduceKind::Mean,
-        ReduceKind::Max,
-        ReduceKind::Min,
-        ReduceKind::Prod,
-    ];
+    pub const ALL: &'static [ReduceKind] =
+        &[ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod];
     /// The op name.
     pub fn name(self) -> &'static str {
         match self {
@@ -92,20 +86,13 @@ pub fn reduced_dims(dims: &[Dim], axes: &[usize], keep_dims: bool) -> Vec<Dim> {
 
 /// For each input element, the flat output index it reduces into.
 pub fn reduce_index_map(in_dims: &[usize], axes: &[usize]) -> Vec<usize> {
-    let kept: Vec<usize> = in_dims
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
-        .collect();
+    let kept: Vec<usize> = in_dims.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
     let ks = strides(&kept);
     let n: usize = in_dims.iter().product();
     (0..n)
         .map(|f| {
             let idx = unravel(f, in_dims);
-            idx.iter()
-                .enumerate()
-                .map(|(i, &x)| if axes.contains(&i) { 0 } else { x * ks[i] })
-                .sum()
+            idx.iter().enumerate().map(|(i, &x)| if axes.contains(&i) { 0 } else { x * ks[i] }).sum()
         })
         .collect()
 }
@@ -127,11 +114,7 @@ impl OpDef for Reduce {
     }
     fn traits(&self) -> OpTraits {
         let t = OpTraits::REDUCTION;
-        if matches!(self.kind, ReduceKind::Sum | ReduceKind::Mean) {
-            t | OpTraits::LINEAR
-        } else {
-            t
-        }
+        if matches!(self.kind, ReduceKind::Sum | ReduceKind::Mean) { t | OpTraits::LINEAR } else { t }
     }
     fn arity(&self) -> Arity {
         Arity::Exact(1)
@@ -147,15 +130,11 @@ impl OpDef for Reduce {
             return Err(format!("dtype {dt} is not supported"));
         }
         let axes = normalize_axes(&self.axes, ins[0].rank())?;
-        Ok(Shape::with_dims(
-            reduced_dims(&ins[0].dims, &axes, self.keep_dims),
-            dt,
-        ))
+        Ok(Shape::with_dims(reduced_dims(&ins[0].dims, &axes, self.keep_dims), dt))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         let dims = ins[0].dims();
-        let axes =
-            normalize_axes(&self.axes, dims.len()).map_err(|e| Error::eval(self.name(), e))?;
+        let axes = normalize_axes(&self.axes, dims.len()).map_err(|e| Error::eval(self.name(), e))?;
         let map = reduce_index_map(&dims, &axes);
         let n_out = out.numel().unwrap_or(0);
         let count: usize = axes.iter().map(|&a| dims[a]).product();
@@ -197,14 +176,8 @@ impl OpDef for Reduce {
     fn samples() -> Vec<Sample> {
         let mut out = vec![];
         for &kind in ReduceKind::ALL {
-            let (lo, hi) = if kind == ReduceKind::Prod {
-                (0.5, 1.5)
-            } else {
-                (-2.0, 2.0)
-            };
-            let x = |dt| {
-                HostTensor::from_f64(&[2, 3, 4], dt, &rand_f64(24, lo, hi, 9)).expect("sample")
-            };
+            let (lo, hi) = if kind == ReduceKind::Prod { (0.5, 1.5) } else { (-2.0, 2.0) };
+            let x = |dt| HostTensor::from_f64(&[2, 3, 4], dt, &rand_f64(24, lo, hi, 9)).expect("sample");
             let cases: [(&[i64], bool, DType); 5] = [
                 (&[-1], false, DType::F32),
                 (&[0, 2], true, DType::F32),
@@ -213,25 +186,12 @@ impl OpDef for Reduce {
                 (&[], false, DType::F32),
             ];
             for (axes, keep_dims, dt) in cases {
-                let op = Reduce {
-                    kind,
-                    axes: axes.to_vec(),
-                    keep_dims,
-                };
-                out.push(Sample::new(
-                    format!("{}/{dt}{axes:?}{keep_dims}", kind.name()),
-                    op,
-                    vec![x(dt)],
-                ));
+                let op = Reduce { kind, axes: axes.to_vec(), keep_dims };
+                out.push(Sample::new(format!("{}/{dt}{axes:?}{keep_dims}", kind.name()), op, vec![x(dt)]));
             }
             if kind != ReduceKind::Mean {
-                let xi = HostTensor::from_i64(&[3, 4], DType::I32, &rand_i64(12, -5, 6, 3))
-                    .expect("sample");
-                let op = Reduce {
-                    kind,
-                    axes: vec![1],
-                    keep_dims: false,
-                };
+                let xi = HostTensor::from_i64(&[3, 4], DType::I32, &rand_i64(12, -5, 6, 3)).expect("sample");
+                let op = Reduce { kind, axes: vec![1], keep_dims: false };
                 out.push(Sample::new(format!("{}/i32", kind.name()), op, vec![xi]));
             }
         }
@@ -263,10 +223,7 @@ impl OpDef for ArgMax {
             return Err(format!("dtype {} is not supported", ins[0].dtype));
         }
         let a = normalize_axis(self.axis, ins[0].rank())?;
-        Ok(Shape::with_dims(
-            reduced_dims(&ins[0].dims, &[a], self.keep_dims),
-            DType::I64,
-        ))
+        Ok(Shape::with_dims(reduced_dims(&ins[0].dims, &[a], self.keep_dims), DType::I64))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         let dims = ins[0].dims();
@@ -287,34 +244,12 @@ impl OpDef for ArgMax {
         HostTensor::new(out.clone(), Data::I(idx))
     }
     fn samples() -> Vec<Sample> {
-        let x =
-            HostTensor::from_f64(&[3, 4], DType::F32, &rand_f64(12, -2.0, 2.0, 4)).expect("sample");
+        let x = HostTensor::from_f64(&[3, 4], DType::F32, &rand_f64(12, -2.0, 2.0, 4)).expect("sample");
         let ties = HostTensor::from_i64(&[2, 3], DType::I32, &[1, 5, 5, 7, 7, 0]).expect("sample");
         vec![
-            Sample::new(
-                "argmax/f32/-1",
-                ArgMax {
-                    axis: -1,
-                    keep_dims: false,
-                },
-                vec![x.clone()],
-            ),
-            Sample::new(
-                "argmax/f32/0k",
-                ArgMax {
-                    axis: 0,
-                    keep_dims: true,
-                },
-                vec![x],
-            ),
-            Sample::new(
-                "argmax/i32/ties",
-                ArgMax {
-                    axis: 1,
-                    keep_dims: false,
-                },
-                vec![ties],
-            ),
+            Sample::new("argmax/f32/-1", ArgMax { axis: -1, keep_dims: false }, vec![x.clone()]),
+            Sample::new("argmax/f32/0k", ArgMax { axis: 0, keep_dims: true }, vec![x]),
+            Sample::new("argmax/i32/ties", ArgMax { axis: 1, keep_dims: false }, vec![ties]),
         ]
     }
 }
@@ -322,14 +257,7 @@ impl OpDef for ArgMax {
 impl Graph {
     /// Reduces with `kind` over `axes`.
     pub fn reduce(&mut self, kind: ReduceKind, x: NodeId, axes: &[i64], keep_dims: bool) -> NodeId {
-        self.add_node(
-            Reduce {
-                kind,
-                axes: axes.to_vec(),
-                keep_dims,
-            },
-            &[x],
-        )
+        self.add_node(Reduce { kind, axes: axes.to_vec(), keep_dims }, &[x])
     }
     /// Sum over `axes`.
     pub fn sum(&mut self, x: NodeId, axes: &[i64], keep_dims: bool) -> NodeId {

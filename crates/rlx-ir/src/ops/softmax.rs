@@ -2,10 +2,7 @@
 
 use crate::ops::util::{rand_f64, require_float, unravel};
 use crate::shape::normalize_axis;
-use crate::{
-    DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape,
-    op::Arity,
-};
+use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
 
 /// Applies `f` to every 1-D lane along `axis` of a float tensor.
@@ -67,8 +64,7 @@ macro_rules! lane_op {
                 Ok(ins[0].clone())
             }
             fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
-                let a = normalize_axis(self.axis, ins[0].dims().len())
-                    .map_err(|e| Error::eval($name, e))?;
+                let a = normalize_axis(self.axis, ins[0].dims().len()).map_err(|e| Error::eval($name, e))?;
                 HostTensor::new(out.clone(), Data::F(map_lanes(ins[0], a, $lane)?))
             }
             fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
@@ -76,30 +72,16 @@ macro_rules! lane_op {
             }
             fn samples() -> Vec<Sample> {
                 let mut out = vec![];
-                for (dims, axis, dt) in [
-                    (vec![2, 5], -1i64, DType::F32),
-                    (vec![3, 4, 2], 1, DType::F64),
-                    (vec![4, 3], 0, DType::F32),
-                ] {
-                    let x = HostTensor::from_f64(
-                        &dims,
-                        dt,
-                        &rand_f64(dims.iter().product(), -4.0, 4.0, 5),
-                    )
-                    .expect("sample");
-                    out.push(Sample::new(
-                        format!("{}/{dt}{dims:?}@{axis}", $name),
-                        $t { axis },
-                        vec![x],
-                    ));
+                for (dims, axis, dt) in
+                    [(vec![2, 5], -1i64, DType::F32), (vec![3, 4, 2], 1, DType::F64), (vec![4, 3], 0, DType::F32)]
+                {
+                    let x = HostTensor::from_f64(&dims, dt, &rand_f64(dims.iter().product(), -4.0, 4.0, 5))
+                        .expect("sample");
+                    out.push(Sample::new(format!("{}/{dt}{dims:?}@{axis}", $name), $t { axis }, vec![x]));
                 }
                 // Large logits: the decomposition must subtract the max.
                 let big = HostTensor::from_f32(&[1, 3], &[1000.0, 1001.0, 999.0]).expect("sample");
-                out.push(Sample::new(
-                    format!("{}/large", $name),
-                    $t { axis: -1 },
-                    vec![big],
-                ));
+                out.push(Sample::new(format!("{}/large", $name), $t { axis: -1 }, vec![big]));
                 out
             }
         }
@@ -107,12 +89,7 @@ macro_rules! lane_op {
 }
 
 lane_op!(Softmax, "softmax", softmax_lane, decompose_softmax);
-lane_op!(
-    LogSoftmax,
-    "log_softmax",
-    log_softmax_lane,
-    decompose_log_softmax
-);
+lane_op!(LogSoftmax, "log_softmax", log_softmax_lane, decompose_log_softmax);
 
 fn decompose_softmax(g: &mut Graph, x: NodeId, axis: i64) -> NodeId {
     let m = g.max(x, &[axis], true);

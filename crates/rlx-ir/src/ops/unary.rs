@@ -1,10 +1,7 @@
 //! The unary elementwise family: one table line per op (name, expression, derivative, integer form).
 
 use crate::ops::util::{rand_f64, unary_dtype_check};
-use crate::{
-    DType, Data, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Scalar, Shape,
-    op::Arity,
-};
+use crate::{DType, Data, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Scalar, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
 
 const SQRT_2_OVER_PI: f64 = 0.7978845608028654;
@@ -97,6 +94,7 @@ unary_family! {
         d |x, _y| x.c(1.0) / (x.c(1.0) + (-x).exp());
     Floor "floor" Real |x| x.floor(), d |x, _y| x.c(0.0), int |x| x;
     Round "round" Real |x| x.round(), d |x, _y| x.c(0.0), int |x| x;
+    Sign "sign" Real |x| x.sign(), d |x, _y| x.c(0.0), int |x| x.signum();
 }
 
 /// A unary elementwise op.
@@ -131,16 +129,9 @@ impl OpDef for Unary {
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         let data = match &ins[0].data {
             Data::F(v) => Data::F(v.iter().map(|&x| self.kind.eval(x)).collect()),
-            Data::I(v) => Data::I(
-                v.iter()
-                    .map(|&x| self.kind.eval_int(x).unwrap_or(0))
-                    .collect(),
-            ),
+            Data::I(v) => Data::I(v.iter().map(|&x| self.kind.eval_int(x).unwrap_or(0)).collect()),
             _ => {
-                return Err(crate::Error::eval(
-                    self.name(),
-                    format!("unsupported dtype {}", out.dtype),
-                ));
+                return Err(crate::Error::eval(self.name(), format!("unsupported dtype {}", out.dtype)));
             }
         };
         HostTensor::new(out.clone(), data)
@@ -153,26 +144,15 @@ impl OpDef for Unary {
                 Domain::Real => (-3.0, 3.0),
                 Domain::Positive => (0.1, 3.0),
             };
-            for (i, dt) in [DType::F32, DType::F64, DType::F16, DType::BF16]
-                .into_iter()
-                .enumerate()
-            {
+            for (i, dt) in [DType::F32, DType::F64, DType::F16, DType::BF16].into_iter().enumerate() {
                 let dims = [[2, 3], [4, 1], [1, 7], [3, 3]][i];
                 let v = rand_f64(dims.iter().product(), lo, hi, 11 + i as u64);
                 let t = HostTensor::from_f64(&dims, dt, &v).expect("sample");
-                out.push(Sample::new(
-                    format!("{}/{dt}", kind.name()),
-                    Unary { kind },
-                    vec![t],
-                ));
+                out.push(Sample::new(format!("{}/{dt}", kind.name()), Unary { kind }, vec![t]));
             }
             if kind.eval_int(1).is_some() {
                 let t = HostTensor::from_i64(&[5], DType::I32, &[-7, -1, 0, 2, 9]).expect("sample");
-                out.push(Sample::new(
-                    format!("{}/i32", kind.name()),
-                    Unary { kind },
-                    vec![t],
-                ));
+                out.push(Sample::new(format!("{}/i32", kind.name()), Unary { kind }, vec![t]));
             }
         }
         out
@@ -196,7 +176,7 @@ unary_builders! {
     neg => Neg, abs => Abs, exp => Exp, log => Log, sqrt => Sqrt, rsqrt => Rsqrt, recip => Recip,
     square => Square, sin => Sin, cos => Cos, tanh => Tanh, sigmoid => Sigmoid, relu => Relu,
     gelu => Gelu, gelu_tanh => GeluTanh, silu => Silu, erf => Erf, softplus => Softplus,
-    floor => Floor, round => Round,
+    floor => Floor, round => Round, sign => Sign,
 }
 
 impl Graph {
@@ -221,11 +201,7 @@ mod tests {
                 let h = 1e-6;
                 let fd = (k.eval(x + h) - k.eval(x - h)) / (2.0 * h);
                 let an = k.deriv(x, k.eval(x));
-                assert!(
-                    (fd - an).abs() < 1e-6 * (1.0 + an.abs()),
-                    "{} at {x}: fd {fd} vs {an}",
-                    k.name()
-                );
+                assert!((fd - an).abs() < 1e-6 * (1.0 + an.abs()), "{} at {x}: fd {fd} vs {an}", k.name());
             }
         }
     }

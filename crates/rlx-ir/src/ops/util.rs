@@ -4,14 +4,10 @@ use crate::{DType, DTypeClass, Dim, Shape, shape::strides};
 
 /// Deterministic pseudo-random values in [lo, hi) (a small LCG; samples must be reproducible).
 pub fn rand_f64(n: usize, lo: f64, hi: f64, seed: u64) -> Vec<f64> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let u = (s >> 11) as f64 / (1u64 << 53) as f64;
             lo + (hi - lo) * u
         })
@@ -20,10 +16,7 @@ pub fn rand_f64(n: usize, lo: f64, hi: f64, seed: u64) -> Vec<f64> {
 
 /// Deterministic integers in [lo, hi).
 pub fn rand_i64(n: usize, lo: i64, hi: i64, seed: u64) -> Vec<i64> {
-    rand_f64(n, lo as f64, hi as f64, seed)
-        .into_iter()
-        .map(|x| x.floor() as i64)
-        .collect()
+    rand_f64(n, lo as f64, hi as f64, seed).into_iter().map(|x| x.floor() as i64).collect()
 }
 
 /// Checks that a unary arithmetic op accepts `dt` (floats always; ints when the op has an integer form).
@@ -86,21 +79,14 @@ pub fn fixed(dims: &[Dim]) -> Option<Vec<usize>> {
 pub fn same_dtype(ins: &[&Shape]) -> Result<DType, String> {
     let dt = ins[0].dtype;
     if let Some(s) = ins.iter().find(|s| s.dtype != dt) {
-        return Err(format!(
-            "inputs must share one dtype, got {dt} and {}",
-            s.dtype
-        ));
+        return Err(format!("inputs must share one dtype, got {dt} and {}", s.dtype));
     }
     Ok(dt)
 }
 
 /// Requires a real floating dtype.
 pub fn require_float(dt: DType) -> Result<(), String> {
-    if dt.is_float() {
-        Ok(())
-    } else {
-        Err(format!("needs a float dtype, got {dt}"))
-    }
+    if dt.is_float() { Ok(()) } else { Err(format!("needs a float dtype, got {dt}")) }
 }
 
 #[cfg(test)]
@@ -110,10 +96,7 @@ mod tests {
     #[test]
     fn broadcast_map_repeats_rows_and_columns() {
         assert_eq!(broadcast_index_map(&[2, 3], &[3]), vec![0, 1, 2, 0, 1, 2]);
-        assert_eq!(
-            broadcast_index_map(&[2, 3], &[2, 1]),
-            vec![0, 0, 0, 1, 1, 1]
-        );
+        assert_eq!(broadcast_index_map(&[2, 3], &[2, 1]), vec![0, 0, 0, 1, 1, 1]);
         assert_eq!(broadcast_index_map(&[2, 2], &[]), vec![0; 4]);
     }
 }

@@ -1,0 +1,90 @@
+//! The CPU kernel table. Each file registers its kernels in `register`.
+
+mod elementwise;
+mod indexing;
+mod matmul;
+mod movement;
+mod reduce;
+
+use crate::exec::Bufs;
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Op, Result, Shape};
+
+/// A compiled kernel: reads its inputs and writes its output in the arena.
+pub type Kernel = Box<dyn FnMut(&Bufs<'_>) -> Result<()> + Send>;
+
+/// What a kernel builder sees: the op and its static input and output types.
+pub struct KernelCtx<'a> {
+    /// The op with its attributes.
+    pub op: &'a Op,
+    /// Input types (static).
+    pub ins: &'a [Shape],
+    /// Output type (static).
+    pub out: &'a Shape,
+}
+
+impl KernelCtx<'_> {
+    /// Static dims of input `i`.
+    pub fn in_dims(&self, i: usize) -> Vec<usize> {
+        self.ins[i].fixed_dims().unwrap_or_default()
+    }
+    /// Static dims of the output.
+    pub fn out_dims(&self) -> Vec<usize> {
+        self.out.fixed_dims().unwrap_or_default()
+    }
+}
+
+/// Builds a kernel for a node the table accepted.
+pub type KernelBuilder = fn(&KernelCtx<'_>) -> Result<Kernel>;
+
+/// Real float dtypes.
+pub const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+/// Floats and integers.
+pub const NUMERIC: &[DType] = &[
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U32,
+];
+/// Floats, integers and bool.
+pub const REAL_AND_BOOL: &[DType] = &[
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U32,
+    DType::Bool,
+];
+/// Every dtype.
+pub const ALL: &[DType] = &DType::ALL;
+
+/// The CPU's kernel table.
+pub fn table() -> KernelTable<KernelBuilder> {
+    let mut t = KernelTable::new();
+    elementwise::register(&mut t);
+    indexing::register(&mut t);
+    reduce::register(&mut t);
+    matmul::register(&mut t);
+    movement::register(&mut t);
+    t
+}
+
+/// An error for a kernel builder reached with a type it does not handle.
+pub fn unsupported(ctx: &KernelCtx<'_>) -> rlx_ir::Error {
+    rlx_ir::Error::Unsupported {
+        backend: "cpu".into(),
+        missing: format!("`{}` for {}", ctx.op.def().name(), ctx.out),
+        report: String::new(),
+    }
+}

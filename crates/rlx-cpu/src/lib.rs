@@ -1,0 +1,54 @@
+//! rlx-cpu: the CPU backend. A kernel table over one arena planned at compile time; kernels are
+//! chosen at compile time and `run` performs no allocation.
+//!
+//! Composite ops without a native kernel here (softmax, norms, attention, ...) run through their
+//! decompositions (see `rlx_driver::legalize`).
+#![warn(missing_docs)]
+
+pub mod elem;
+pub mod exec;
+pub mod kernels;
+
+use kernels::{KernelBuilder, KernelCtx};
+use rlx_driver::{Backend, Executable, KernelTable};
+use rlx_ir::{Graph, Node, Result, Shape};
+
+/// The CPU backend.
+pub struct CpuBackend {
+    table: KernelTable<KernelBuilder>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend { table: kernels::table() }
+    }
+}
+
+impl CpuBackend {
+    /// A backend with the full CPU kernel table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
+        node.inputs.is_empty() || self.table.lookup(node, inputs).is_some()
+    }
+
+    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
+        let exe = exec::CpuExecutable::new(g, |ctx: &KernelCtx<'_>| {
+            let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
+            let ins: Vec<&Shape> = ctx.ins.iter().collect();
+            match self.table.lookup(&node, &ins) {
+                Some(e) => (e.build)(ctx),
+                None => Err(kernels::unsupported(ctx)),
+            }
+        })?;
+        Ok(Box::new(exe))
+    }
+}

@@ -1,0 +1,66 @@
+//! rlx-driver: what every backend implements and what the runtime drives.
+//!
+//! A backend is a kernel table (`KernelTable`): what it supports is derived from the table, and
+//! `legalize` decomposes every op the table lacks until the graph is supported, or reports what
+//! is still missing in the dispatch report.
+#![warn(missing_docs)]
+
+mod device;
+mod legalize;
+mod table;
+
+pub use device::Device;
+pub use legalize::{DispatchReport, OpDispatch, legalize};
+pub use table::{KernelEntry, KernelTable};
+
+use rlx_ir::{Graph, Node, Result, Shape};
+
+/// A backend: decides what it runs natively and compiles legalized graphs.
+pub trait Backend: Send + Sync {
+    /// Short name for reports (`cpu`, `wgpu`).
+    fn name(&self) -> &'static str;
+
+    /// Whether a native kernel exists for this node with these input types.
+    fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool;
+
+    /// Compiles a graph that `legalize` has made fully supported.
+    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>>;
+}
+
+/// A compiled graph on one backend. Inputs and params arrive validated and in graph order.
+pub trait Executable: Send {
+    /// Stores a param's bytes (little-endian, the param's dtype, exact length).
+    fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()>;
+
+    /// Runs with one byte slice per graph input (graph order), writing each output into the
+    /// matching buffer (exact length). Performs no allocation on the CPU backend's hot path.
+    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()>;
+}
+
+/// Legalizes, compiles and runs `g` once on `backend` with named host tensors (inputs and params).
+/// For tests and tools; programs use the runtime's `CompiledGraph`.
+pub fn run_host(
+    backend: &dyn Backend,
+    g: &Graph,
+    feeds: &[(&str, rlx_ir::HostTensor)],
+) -> Result<Vec<rlx_ir::HostTensor>> {
+    let (legal, _) = legalize(g, backend)?;
+    let mut exe = backend.compile(&legal)?;
+    let find =
+        |name: &str| {
+            feeds.iter().find(|(n, _)| *n == name).map(|(_, t)| t.to_bytes()).ok_or_else(|| {
+                rlx_ir::Error::MissingInput { name: name.into(), shape: Shape::scalar(rlx_ir::DType::F32) }
+            })
+        };
+    for (i, (_, name)) in legal.params().iter().enumerate() {
+        exe.set_param(i, &find(name)?)?;
+    }
+    let inputs = legal.inputs().iter().map(|(_, n)| find(n)).collect::<Result<Vec<_>>>()?;
+    let in_refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let out_tys: Vec<Shape> =
+        legal.outputs().iter().map(|&o| legal.shape(o).cloned().unwrap_or(Shape::scalar(rlx_ir::DType::F32))).collect();
+    let mut outs: Vec<Vec<u8>> = out_tys.iter().map(|s| vec![0; s.size_bytes().unwrap_or(0)]).collect();
+    let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    exe.run(&in_refs, &mut out_refs)?;
+    outs.iter().zip(out_tys).map(|(b, s)| rlx_ir::HostTensor::from_bytes(s, b)).collect()
+}

@@ -1,0 +1,131 @@
+//! Rotary position embedding in the half-split layout of HF Llama/Qwen: a composite of
+//! cos/sin tables, slices and elementwise ops.
+
+use crate::ops::conv::infers;
+use crate::ops::util::{rand_f64, require_float};
+use crate::{DType, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
+use serde::{Deserialize, Serialize};
+
+/// Rotates pairs `(x[i], x[i + d/2])` by the angle `pos * theta^(-2i/d)`, for i < d/2:
+/// `out[..., :d/2] = x1 cos - x2 sin`, `out[..., d/2:] = x2 cos + x1 sin`. Inputs: x
+/// `[batch, heads, s, d]` (float, d even) and positions `[s]` (integer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rope {
+    /// The frequency base (10000 for Llama 2, 500000 for Llama 3); finite and > 0.
+    pub theta: f64,
+}
+
+/// `theta^(-2i/d)` for i < d/2, in f64.
+pub fn rope_inv_freq(theta: f64, d: usize) -> Vec<f64> {
+    (0..d / 2).map(|i| theta.powf(-2.0 * i as f64 / d as f64)).collect()
+}
+
+impl OpDef for Rope {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+    fn traits(&self) -> OpTraits {
+        OpTraits::COMPOSITE
+    }
+    fn arity(&self) -> Arity {
+        Arity::Exact(2)
+    }
+    fn infer(&self, ins: &[&Shape]) -> std::result::Result<Shape, String> {
+        let (x, pos) = (ins[0], ins[1]);
+        require_float(x.dtype)?;
+        if !(self.theta.is_finite() && self.theta > 0.0) {
+            return Err(format!("theta must be finite and > 0, got {}", self.theta));
+        }
+        if x.rank() != 4 {
+            return Err(format!("x must have rank 4 [batch, heads, s, d], got {x}"));
+        }
+        match x.dims[3] {
+            Dim::Fixed(d) if d > 0 && d % 2 == 0 => {}
+            ref d => {
+                return Err(format!("the head dim must be static, even and > 0, got {d}"));
+            }
+        }
+        if !pos.dtype.is_int() {
+            return Err(format!("positions must be integers, got {}", pos.dtype));
+        }
+        if pos.rank() != 1 || pos.dims[0] != x.dims[2] {
+            return Err(format!("positions must have shape [{}] (the seq dim of x), got {pos}", x.dims[2]));
+        }
+        Ok(x.clone())
+    }
+    fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
+        let Data::F(x) = &ins[0].data else {
+            return Err(Error::eval("rope", "x must be float"));
+        };
+        let pos = ins[1].to_i64_vec()?;
+        let dims = ins[0].dims();
+        let (s, d) = (dims[2], dims[3]);
+        let half = d / 2;
+        let inv = rope_inv_freq(self.theta, d);
+        let mut y = vec![0.0; x.len()];
+        for (row, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
+            let p = pos[row % s] as f64;
+            for (i, &f) in inv.iter().enumerate() {
+                let (c, sn) = ((p * f).cos(), (p * f).sin());
+                let (x1, x2) = (xr[i], xr[i + half]);
+                yr[i] = x1 * c - x2 * sn;
+                yr[i + half] = x2 * c + x1 * sn;
+            }
+        }
+        HostTensor::new(out.clone(), Data::F(y))
+    }
+    fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
+        if !infers(self, g, ins) {
+            return None;
+        }
+        let (x, pos) = (ins[0], ins[1]);
+        let xd = g.shape(x)?.fixed_dims()?;
+        let (b, h, s, d) = (xd[0], xd[1], xd[2], xd[3]);
+        let half = d / 2;
+        let dt = g.dtype(x);
+        // The tables are computed in f32 (f64 for f64 inputs), as HF does, then cast to x's dtype.
+        let td = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+        let inv = HostTensor::from_f64(&[1, half], td, &rope_inv_freq(self.theta, d)).ok()?;
+        let inv = g.constant(inv);
+        let p = g.cast(pos, td);
+        let p = g.reshape(p, &[s, 1]);
+        let ang = g.mul(p, inv);
+        let c = g.cos(ang);
+        let c = g.cast_to(c, dt);
+        let sn = g.sin(ang);
+        let sn = g.cast_to(sn, dt);
+        let x1 = g.slice(x, &[0, 0, 0, 0], &[b, h, s, half], &[1, 1, 1, 1]);
+        let x2 = g.slice(x, &[0, 0, 0, half], &[b, h, s, d], &[1, 1, 1, 1]);
+        let (a, e) = (g.mul(x1, c), g.mul(x2, sn));
+        let o1 = g.sub(a, e);
+        let (a, e) = (g.mul(x2, c), g.mul(x1, sn));
+        let o2 = g.add(a, e);
+        Some(g.concat(&[o1, o2], -1))
+    }
+    fn samples() -> Vec<Sample> {
+        let mut out = vec![];
+        // (x dims, dtype, positions, position dtype, theta)
+        type Case<'a> = (&'a [usize], DType, &'a [i64], DType, f64);
+        let cases: [Case; 5] = [
+            (&[1, 2, 4, 8], DType::F32, &[0, 1, 2, 3], DType::I64, 10000.0),
+            (&[2, 1, 3, 6], DType::F64, &[5, 100, 4096], DType::I32, 10000.0),
+            (&[1, 1, 3, 4], DType::F32, &[7, 3, 0], DType::I32, 500000.0),
+            (&[1, 2, 1, 2], DType::F32, &[31], DType::I64, 10000.0),
+            (&[1, 3, 2, 16], DType::F64, &[0, 0], DType::I64, 1000000.0),
+        ];
+        for (i, (dims, dt, pos, pdt, theta)) in cases.into_iter().enumerate() {
+            let n = dims.iter().product();
+            let x = HostTensor::from_f64(dims, dt, &rand_f64(n, -2.0, 2.0, 110 + i as u64)).expect("sample");
+            let p = HostTensor::from_i64(&[pos.len()], pdt, pos).expect("sample");
+            out.push(Sample::new(format!("rope/{dt}{dims:?}/pos{pos:?}"), Rope { theta }, vec![x, p]));
+        }
+        out
+    }
+}
+
+impl Graph {
+    /// Rotary embedding of x `[batch, heads, s, d]` at integer `positions` `[s]`.
+    pub fn rope(&mut self, x: NodeId, positions: NodeId, theta: f32) -> NodeId {
+        self.add_node(Rope { theta: theta as f64 }, &[x, positions])
+    }
+}

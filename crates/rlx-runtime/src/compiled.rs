@@ -1,0 +1,189 @@
+//! `CompiledGraph`: named, validated access to a backend executable.
+
+use rlx_driver::{DispatchReport, Executable};
+use rlx_ir::{DType, Error, Graph, HostTensor, Result, Shape};
+
+/// A compiled graph: set params once, then run many times.
+pub struct CompiledGraph {
+    exe: Box<dyn Executable>,
+    inputs: Vec<(String, Shape)>,
+    params: Vec<(String, Shape)>,
+    param_set: Vec<bool>,
+    outputs: Vec<Shape>,
+    report: DispatchReport,
+}
+
+fn known(list: &[(String, Shape)]) -> Vec<String> {
+    list.iter().map(|(n, s)| format!("{n}: {s}")).collect()
+}
+
+impl CompiledGraph {
+    pub(crate) fn new(g: &Graph, exe: Box<dyn Executable>, report: DispatchReport) -> Self {
+        let ty = |id: rlx_ir::NodeId| g.shape(id).cloned().unwrap_or(Shape::scalar(DType::F32));
+        let inputs: Vec<(String, Shape)> = g.inputs().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
+        let params: Vec<(String, Shape)> = g.params().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
+        let outputs = g.outputs().iter().map(|&o| ty(o)).collect();
+        CompiledGraph { exe, param_set: vec![false; params.len()], inputs, params, outputs, report }
+    }
+
+    /// Input names and types, in graph order.
+    pub fn inputs(&self) -> &[(String, Shape)] {
+        &self.inputs
+    }
+
+    /// Param names and types, in graph order.
+    pub fn params(&self) -> &[(String, Shape)] {
+        &self.params
+    }
+
+    /// Output types, in `set_outputs` order.
+    pub fn outputs(&self) -> &[Shape] {
+        &self.outputs
+    }
+
+    /// How each op was dispatched (native / decomposed).
+    pub fn dispatch_report(&self) -> &DispatchReport {
+        &self.report
+    }
+
+    fn param_index(&self, name: &str) -> Result<usize> {
+        self.params.iter().position(|(n, _)| n == name).ok_or_else(|| Error::UnknownName {
+            kind: "param",
+            name: name.into(),
+            known: known(&self.params),
+        })
+    }
+
+    /// Sets a param from f32 values; they are converted to the param's dtype.
+    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<()> {
+        let i = self.param_index(name)?;
+        let t = f32_tensor("param", name, &self.params[i].1, data)?;
+        self.set_param_index(i, &t.to_bytes())
+    }
+
+    /// Sets a param from little-endian bytes of exactly its dtype.
+    pub fn set_param_typed(&mut self, name: &str, bytes: &[u8], dtype: DType) -> Result<()> {
+        let i = self.param_index(name)?;
+        check_bytes("param", name, &self.params[i].1, bytes, dtype)?;
+        self.set_param_index(i, bytes)
+    }
+
+    /// Sets a param from a host tensor of exactly its type.
+    pub fn set_param_tensor(&mut self, name: &str, t: &HostTensor) -> Result<()> {
+        self.set_param_typed(name, &t.to_bytes(), t.dtype())
+    }
+
+    fn set_param_index(&mut self, i: usize, bytes: &[u8]) -> Result<()> {
+        self.exe.set_param(i, bytes)?;
+        self.param_set[i] = true;
+        Ok(())
+    }
+
+    /// Orders named inputs by graph order, checking names, and that every param was set.
+    fn order<'a, T>(&self, given: &'a [(&str, T)]) -> Result<Vec<&'a T>> {
+        if let Some(i) = self.param_set.iter().position(|s| !s) {
+            let (name, shape) = &self.params[i];
+            return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
+        }
+        for (k, (name, _)) in given.iter().enumerate() {
+            if !self.inputs.iter().any(|(n, _)| n == name) {
+                return Err(Error::UnknownName { kind: "input", name: name.to_string(), known: known(&self.inputs) });
+            }
+            if given[..k].iter().any(|(n, _)| n == name) {
+                return Err(Error::eval("run", format!("input `{name}` was given twice")));
+            }
+        }
+        self.inputs
+            .iter()
+            .map(|(name, shape)| {
+                given
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| Error::MissingInput { name: name.clone(), shape: shape.clone() })
+            })
+            .collect()
+    }
+
+    /// Runs with f32 inputs (converted to each input's dtype); outputs are converted to f32.
+    pub fn run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>> {
+        let ordered = self.order(inputs)?;
+        let mut bytes = Vec::with_capacity(ordered.len());
+        for ((name, shape), data) in self.inputs.iter().zip(ordered) {
+            bytes.push(f32_tensor("input", name, shape, data)?.to_bytes());
+        }
+        let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+        let outs = self.run_bytes(&refs)?;
+        outs.into_iter().zip(&self.outputs).map(|(b, s)| HostTensor::from_bytes(s.clone(), &b)?.to_f32_vec()).collect()
+    }
+
+    /// Runs with little-endian inputs of exactly each input's dtype.
+    pub fn run_typed(&mut self, inputs: &[(&str, &[u8], DType)]) -> Result<Vec<(Vec<u8>, DType)>> {
+        let pairs: Vec<(&str, (&[u8], DType))> = inputs.iter().map(|(n, b, d)| (*n, (*b, *d))).collect();
+        let ordered = self.order(&pairs)?;
+        for ((name, shape), (b, d)) in self.inputs.iter().zip(&ordered) {
+            check_bytes("input", name, shape, b, *d)?;
+        }
+        let refs: Vec<&[u8]> = ordered.iter().map(|(b, _)| *b).collect();
+        let outs = self.run_bytes(&refs)?;
+        Ok(outs.into_iter().zip(&self.outputs).map(|(b, s)| (b, s.dtype)).collect())
+    }
+
+    /// Runs with host tensors, returning host tensors.
+    pub fn run_tensors(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let bytes: Vec<(&str, Vec<u8>, DType)> = inputs.iter().map(|(n, t)| (*n, t.to_bytes(), t.dtype())).collect();
+        let typed: Vec<(&str, &[u8], DType)> = bytes.iter().map(|(n, b, d)| (*n, b.as_slice(), *d)).collect();
+        let outs = self.run_typed(&typed)?;
+        outs.into_iter().zip(&self.outputs).map(|((b, _), s)| HostTensor::from_bytes(s.clone(), &b)).collect()
+    }
+
+    fn run_bytes(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        let mut outs: Vec<Vec<u8>> = self.outputs.iter().map(|s| vec![0u8; s.size_bytes().unwrap_or(0)]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
+        self.exe.run(inputs, &mut refs)?;
+        Ok(outs)
+    }
+
+    /// Runs into caller-owned output buffers (no allocation on the CPU backend). Inputs are
+    /// byte slices in graph input order, already of each input's dtype and length.
+    pub fn run_into(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        if let Some(i) = self.param_set.iter().position(|s| !s) {
+            let (name, shape) = &self.params[i];
+            return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
+        }
+        for ((name, shape), b) in self.inputs.iter().zip(inputs) {
+            check_len("input", name, shape, b.len())?;
+        }
+        self.exe.run(inputs, outputs)
+    }
+}
+
+fn check_len(kind: &'static str, name: &str, shape: &Shape, bytes: usize) -> Result<()> {
+    let n = shape.numel().unwrap_or(0);
+    let size = shape.dtype.size_bytes();
+    if bytes != n * size {
+        return Err(Error::DataLength {
+            kind,
+            name: name.into(),
+            shape: shape.clone(),
+            expected: n,
+            got: bytes / size,
+        });
+    }
+    Ok(())
+}
+
+fn check_bytes(kind: &'static str, name: &str, shape: &Shape, bytes: &[u8], dtype: DType) -> Result<()> {
+    if dtype != shape.dtype {
+        return Err(Error::DTypeMismatch { kind, name: name.into(), expected: shape.dtype, got: dtype });
+    }
+    check_len(kind, name, shape, bytes.len())
+}
+
+fn f32_tensor(kind: &'static str, name: &str, shape: &Shape, data: &[f32]) -> Result<HostTensor> {
+    let n = shape.numel().unwrap_or(0);
+    if data.len() != n {
+        return Err(Error::DataLength { kind, name: name.into(), shape: shape.clone(), expected: n, got: data.len() });
+    }
+    Ok(HostTensor::from_f32(&shape.fixed_dims().unwrap_or_default(), data)?.cast(shape.dtype))
+}

@@ -1,0 +1,33 @@
+//! RLX: a machine-learning compiler and runtime.
+//!
+//! ```
+//! use rlx::prelude::*;
+//!
+//! fn main() -> rlx::Result<()> {
+//!     let mut g = Graph::new("hello");
+//!     let x = g.input("x", Shape::new(&[1, 4], DType::F32));
+//!     let w = g.param("w", Shape::new(&[4, 2], DType::F32));
+//!     let y = g.matmul(x, w); // output type inferred: [1, 2] f32
+//!     g.set_outputs(vec![y]);
+//!
+//!     let mut compiled = Session::new(Device::Cpu).compile(g)?;
+//!     compiled.set_param("w", &[1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])?;
+//!     let out = compiled.run(&[("x", &[1.0, 2.0, 3.0, 4.0])])?;
+//!     assert_eq!(out, vec![vec![4.0, 6.0]]);
+//!     Ok(())
+//! }
+//! ```
+#![warn(missing_docs)]
+
+pub use rlx_driver as driver;
+pub use rlx_ir as ir;
+pub use rlx_runtime as runtime;
+
+pub use rlx_ir::{Error, Result};
+
+/// Everything a typical program needs: `use rlx::prelude::*`.
+pub mod prelude {
+    pub use rlx_driver::{Device, DispatchReport};
+    pub use rlx_ir::{DType, Dim, Error, Graph, HostTensor, MaskKind, NodeId, Result, Shape};
+    pub use rlx_runtime::{CompiledGraph, Session};
+}
