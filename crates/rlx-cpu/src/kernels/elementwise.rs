@@ -1,20 +1,38 @@
 //! Elementwise kernels: unary and binary families, comparisons, where and cast. They evaluate
 //! the same scalar expressions as the reference (`UnaryKind::eval`, `BinaryKind::eval`).
 
-use super::{Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
+use super::{ALL, Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
 use crate::{with_float, with_int};
 use rlx_driver::KernelTable;
 use rlx_ir::ops::util::broadcast_index_map;
-use rlx_ir::{DType, DTypeClass, Op, OpKind, Result};
+use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::Unary, NUMERIC, unary);
     t.register(OpKind::Binary, NUMERIC, binary);
     t.register(OpKind::Compare, REAL_AND_BOOL, compare);
     t.register(OpKind::Where, REAL_AND_BOOL, where_);
-    t.register(OpKind::Cast, REAL_AND_BOOL, cast);
+    t.register(OpKind::Binary, &[DType::C64], binary_complex);
+    t.register(OpKind::Cast, ALL, cast);
+}
+
+/// Complex arithmetic on c64 stored as (re, im) f32 pairs, through the family's complex form.
+fn binary_complex(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::Binary(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let kind = op.kind;
+    if kind.eval_complex([1.0, 0.0], [1.0, 0.0]).is_none() {
+        return Err(unsupported(ctx));
+    }
+    let p = pairing(ctx);
+    Ok(Box::new(move |b: &Bufs<'_>| {
+        zip_broadcast(&p, b.input::<[f32; 2]>(0), b.input::<[f32; 2]>(1), b.output::<[f32; 2]>(), |x, y| {
+            let z = kind.eval_complex([x[0] as f64, x[1] as f64], [y[0] as f64, y[1] as f64]).unwrap_or([f64::NAN; 2]);
+            [z[0] as f32, z[1] as f32]
+        });
+        Ok(())
+    }))
 }
 
 fn unary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
@@ -125,9 +143,16 @@ fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 enum Wide {
     F(f64),
     I(i64),
+    C(f64, f64),
 }
 
 fn load(dt: DType) -> fn(&[u8], usize) -> Wide {
+    if dt == DType::C64 {
+        return |s, i| {
+            let c = bytemuck::cast_slice::<u8, [f32; 2]>(s)[i];
+            Wide::C(c[0] as f64, c[1] as f64)
+        };
+    }
     with_float!(dt, T => |s, i| Wide::F(bytemuck::cast_slice::<u8, T>(s)[i].to_f64()),
         else with_int!(dt, T => |s, i| Wide::I(bytemuck::cast_slice::<u8, T>(s)[i].to_i64()),
         else |s, i| Wide::I((s[i] != 0) as i64)))
@@ -135,28 +160,39 @@ fn load(dt: DType) -> fn(&[u8], usize) -> Wide {
 
 fn store(dt: DType) -> fn(&mut [u8], usize, Wide) {
     // Float to int truncates toward zero and saturates to i64, then wraps, as the reference does.
+    // Complex to real keeps the real part, as the reference does.
     fn as_f(w: Wide) -> f64 {
         match w {
-            Wide::F(x) => x,
+            Wide::F(x) | Wide::C(x, _) => x,
             Wide::I(x) => x as f64,
         }
     }
     fn as_i(w: Wide) -> i64 {
         match w {
-            Wide::F(x) => x as i64,
+            Wide::F(x) | Wide::C(x, _) => x as i64,
             Wide::I(x) => x,
         }
     }
+    if dt == DType::C64 {
+        return |s, i, w| {
+            let c = match w {
+                Wide::C(re, im) => [re as f32, im as f32],
+                w => [as_f(w) as f32, 0.0],
+            };
+            bytemuck::cast_slice_mut::<u8, [f32; 2]>(s)[i] = c;
+        };
+    }
     with_float!(dt, T => |s, i, w| bytemuck::cast_slice_mut::<u8, T>(s)[i] = T::from_f64(as_f(w)),
-        else with_int!(dt, T => |s, i, w| bytemuck::cast_slice_mut::<u8, T>(s)[i] = T::from_i64(as_i(w)),
-        else |s, i, w| s[i] = match w { Wide::F(x) => (x != 0.0) as u8, Wide::I(x) => (x != 0) as u8 }))
+    else with_int!(dt, T => |s, i, w| bytemuck::cast_slice_mut::<u8, T>(s)[i] = T::from_i64(as_i(w)),
+    else |s, i, w| s[i] = match w {
+        Wide::F(x) => (x != 0.0) as u8,
+        Wide::I(x) => (x != 0) as u8,
+        Wide::C(re, im) => (re != 0.0 || im != 0.0) as u8,
+    }))
 }
 
 fn cast(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let (from, to) = (ctx.ins[0].dtype, ctx.out.dtype);
-    if from.class() == DTypeClass::Complex || to.class() == DTypeClass::Complex {
-        return Err(unsupported(ctx));
-    }
     let (ld, st) = (load(from), store(to));
     let n = ctx.out.numel().unwrap_or(0);
     Ok(Box::new(move |b: &Bufs<'_>| {
