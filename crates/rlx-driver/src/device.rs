@@ -1,6 +1,13 @@
 //! Devices a graph can run on.
 
 use std::fmt;
+use std::sync::RwLock;
+
+/// Says whether a device works here: None when it does, else why not. Backend crates provide
+/// one and the runtime registers it, so this crate needs no GPU library.
+pub type Probe = fn() -> Option<&'static str>;
+
+static PROBES: RwLock<Vec<(Device, Probe)>> = RwLock::new(Vec::new());
 
 /// A place to run graphs. Only `Cpu` is built in today; the others arrive with their backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,12 +38,27 @@ impl Device {
         self.unavailable_reason().is_none()
     }
 
-    /// Why the device cannot be used, or None when it can.
+    /// Why the device cannot be used, or None when it can. Non-CPU devices ask the probe
+    /// registered for them (see `register_probe`).
     pub fn unavailable_reason(self) -> Option<&'static str> {
-        match self {
-            Device::Cpu => None,
-            _ => Some("this build of RLX has no backend for it yet"),
+        if self == Device::Cpu {
+            return None;
         }
+        let probe = PROBES.read().unwrap_or_else(|e| e.into_inner()).iter().find(|(d, _)| *d == self).map(|p| p.1);
+        match probe {
+            Some(p) => p(),
+            None => Some(
+                "no backend for it is registered in this program (rlx-runtime registers the backends it \
+                 was built with, such as wgpu with its `wgpu` feature, when a Session is created)",
+            ),
+        }
+    }
+
+    /// Registers the availability probe of this device's backend (the last one wins).
+    pub fn register_probe(self, probe: Probe) {
+        let mut v = PROBES.write().unwrap_or_else(|e| e.into_inner());
+        v.retain(|(d, _)| *d != self);
+        v.push((self, probe));
     }
 }
 

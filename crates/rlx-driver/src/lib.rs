@@ -9,7 +9,7 @@ mod device;
 mod legalize;
 mod table;
 
-pub use device::Device;
+pub use device::{Device, Probe};
 pub use legalize::{DispatchReport, OpDispatch, legalize};
 pub use table::{KernelEntry, KernelTable};
 

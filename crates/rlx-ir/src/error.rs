@@ -136,6 +136,52 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A transform (grad, jvp, vmap, ...) cannot handle an op or a graph.
+    #[error("{transform}: op `{op}` (node %{node}): {reason}")]
+    Transform {
+        /// The transform: "jvp", "vjp", "vmap", ...
+        transform: &'static str,
+        /// Op name.
+        op: String,
+        /// Node id in the graph being transformed.
+        node: u32,
+        /// What is missing or wrong.
+        reason: String,
+    },
+    /// A model file (weights, tokenizer, config) could not be read or is malformed.
+    #[error("{path}: {reason}")]
+    ModelFile {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A tensor the model needs is absent from its weights file.
+    #[error("{path}: tensor `{name}` (needed with shape {expected:?}) is missing; the file has {count} tensors")]
+    MissingTensor {
+        /// The weights file.
+        path: String,
+        /// The tensor name.
+        name: String,
+        /// The shape the model needs.
+        expected: Vec<usize>,
+        /// How many tensors the file has.
+        count: usize,
+    },
+    /// A tensor has another shape (or an unusable dtype) than the model needs.
+    #[error("{path}: tensor `{name}` has shape {got:?} ({dtype}), the model needs shape {expected:?}")]
+    TensorShape {
+        /// The weights file.
+        path: String,
+        /// The tensor name.
+        name: String,
+        /// The shape the model needs.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        got: Vec<usize>,
+        /// The dtype in the file.
+        dtype: String,
+    },
 }
 
 fn fmt_shapes(s: &[Shape]) -> String {

@@ -110,19 +110,29 @@ pub trait OpDef: fmt::Debug + Send + Sync {
         None
     }
 
-    /// Forward-mode rule: output tangent from input tangents (None = zero). Filled by the
-    /// transforms issue; ops without one differentiate through `decompose`.
+    /// Forward-mode rule: the output tangent from input tangents (None = zero; at least one is
+    /// non-zero when called). None = no rule (the transform then uses `decompose`, or errors).
+    /// Linear ops need none: the transforms apply the op itself to the tangents.
     fn jvp(&self, _g: &mut Graph, _ins: &[NodeId], _tangents: &[Option<NodeId>], _out: NodeId) -> Option<NodeId> {
         None
     }
 
-    /// Reverse-mode rule: one cotangent per input (None = zero or not differentiable).
+    /// Reverse-mode rule: one cotangent per input (None = zero or not differentiable). For a
+    /// linear op this is its transpose. None = no rule (then `decompose`, or an error).
     fn vjp(&self, _g: &mut Graph, _ins: &[NodeId], _out: NodeId, _cotangent: NodeId) -> Option<Vec<Option<NodeId>>> {
         None
     }
 
-    /// Batching rule: inputs with their batch axis (None = not batched); returns the output and its batch axis.
-    fn batch(&self, _g: &mut Graph, _ins: &[NodeId], _axes: &[Option<usize>]) -> Option<(NodeId, Option<usize>)> {
+    /// Batching rule for `vmap`: batched inputs carry a leading batch axis of `size`, the others
+    /// are unbatched; returns the output with the batch axis leading. None = no rule (then
+    /// `decompose`, else the transform unrolls the batch).
+    fn batch(&self, _g: &mut Graph, _ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        None
+    }
+
+    /// (atol, rtol) for comparing a backend's result with `reference`, when the op's kernels may
+    /// legitimately differ by more than the dtype's tolerance (e.g. 8-bit activations). None = dtype's.
+    fn tolerance(&self) -> Option<(f64, f64)> {
         None
     }
 

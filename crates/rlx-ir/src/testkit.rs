@@ -16,10 +16,15 @@ pub fn tolerance(dtype: DType) -> (f64, f64) {
 
 /// Checks `got` against `want`: same type, values within the dtype's tolerance (NaN matches NaN).
 pub fn compare(got: &HostTensor, want: &HostTensor) -> std::result::Result<(), String> {
+    compare_within(got, want, None)
+}
+
+/// As `compare`, with the op's own (atol, rtol) when given (`OpDef::tolerance`), else the dtype's.
+pub fn compare_within(got: &HostTensor, want: &HostTensor, tol: Option<(f64, f64)>) -> std::result::Result<(), String> {
     if got.shape != want.shape {
         return Err(format!("type {} but the reference gives {}", got.shape, want.shape));
     }
-    let (atol, rtol) = tolerance(want.shape.dtype);
+    let (atol, rtol) = tol.unwrap_or_else(|| tolerance(want.shape.dtype));
     let close = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
     let bad = match (&got.data, &want.data) {
         (Data::F(a), Data::F(b)) => {
@@ -100,7 +105,7 @@ pub fn run_samples(
             let feeds: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
             let want = interp::evaluate(&g, &feeds).map_err(|e| format!("reference: {e}"))?;
             let got = run(&g, &feeds).map_err(|e| format!("backend: {e}"))?;
-            compare(&got[0], &want[0])
+            compare_within(&got[0], &want[0], s.op.def().tolerance())
         }))
         .unwrap_or_else(|p| {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));

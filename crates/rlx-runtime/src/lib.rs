@@ -3,6 +3,9 @@
 //! Compile verifies the graph, legalizes it for the device's backend (decomposing what the
 //! backend lacks), and builds the backend's executable. `RLX_DISPATCH_REPORT=1` prints the
 //! dispatch report on every compile.
+//!
+//! Devices: `Cpu` always; `Wgpu` with the `wgpu` cargo feature (off by default: wgpu takes
+//! minutes to build), on the best GPU adapter wgpu finds.
 #![warn(missing_docs)]
 
 mod compiled;
@@ -16,12 +19,26 @@ use std::sync::Arc;
 /// Compiles graphs for one device.
 pub struct Session {
     device: Device,
+    opts: rlx_opt::PipelineOptions,
+}
+
+/// Registers the availability probes of the backends this build has, so that
+/// `Device::is_available` answers for them. `Session::new` calls it; it is idempotent.
+pub fn register_backends() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu.register_probe(rlx_wgpu::gpu::probe);
+        #[cfg(not(feature = "wgpu"))]
+        Device::Wgpu.register_probe(|| Some("this build of rlx-runtime has no `wgpu` feature"));
+    });
 }
 
 impl Session {
     /// A session for `device`. An unavailable device is reported by `compile`.
     pub fn new(device: Device) -> Self {
-        Session { device }
+        register_backends();
+        Session { device, opts: rlx_opt::PipelineOptions::default() }
     }
 
     /// The device.
@@ -32,6 +49,8 @@ impl Session {
     fn backend(&self) -> Result<Arc<dyn Backend>> {
         match self.device {
             Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu if Device::Wgpu.is_available() => Ok(Arc::new(rlx_wgpu::WgpuBackend::new())),
             d => Err(Error::DeviceUnavailable {
                 device: d.to_string(),
                 reason: d.unavailable_reason().unwrap_or("unknown").into(),
@@ -39,19 +58,30 @@ impl Session {
         }
     }
 
-    /// Verifies, legalizes and compiles `g`.
+    /// Sets the optimizer options (precision, rewrites, fusion) used by `compile`.
+    pub fn with_pipeline(mut self, opts: rlx_opt::PipelineOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Verifies, optimizes and legalizes `g` (`rlx_opt::compile_with`), then compiles it.
+    /// `RLX_DISPATCH_REPORT=1` prints the dispatch report, `RLX_COMPILE_REPORT=1` the pipeline
+    /// report (stages, fusion, memory plan), `RLX_DUMP=dir` writes the graph after every stage.
     pub fn compile(&self, g: Graph) -> Result<CompiledGraph> {
         let backend = self.backend()?;
         g.verify()?;
         if let Some((node, symbol)) = g.first_symbol() {
             return Err(Error::UnboundDim { symbol, context: format!("node {node} of graph `{}`", g.name()) });
         }
-        let (legal, report) = rlx_driver::legalize(&g, backend.as_ref())?;
+        let (opt, report) = rlx_opt::compile_with(g.clone(), backend.as_ref(), self.opts)?;
         if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
+            eprintln!("{}", report.dispatch);
+        }
+        if std::env::var("RLX_COMPILE_REPORT").is_ok_and(|v| v == "1") {
             eprintln!("{report}");
         }
-        let exe = backend.compile(&legal)?;
-        Ok(CompiledGraph::new(&g, exe, report))
+        let exe = backend.compile(&opt)?;
+        Ok(CompiledGraph::new(&g, exe, report.dispatch))
     }
 
     /// The dispatch report `compile` would produce, without compiling.

@@ -19,6 +19,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub use rlx_autodiff as autodiff;
 pub use rlx_driver as driver;
 pub use rlx_ir as ir;
 pub use rlx_runtime as runtime;
@@ -27,6 +28,7 @@ pub use rlx_ir::{Error, Result};
 
 /// Everything a typical program needs: `use rlx::prelude::*`.
 pub mod prelude {
+    pub use rlx_autodiff::{grad, grad_with_loss, hvp, jacfwd, jacrev, jvp, vjp, vmap};
     pub use rlx_driver::{Device, DispatchReport};
     pub use rlx_ir::{DType, Dim, Error, Graph, HostTensor, MaskKind, NodeId, Result, Shape};
     pub use rlx_runtime::{CompiledGraph, Session};

@@ -1,9 +1,11 @@
 //! The CPU kernel table. Each file registers its kernels in `register`.
 
 mod elementwise;
+mod fused;
 mod indexing;
 mod matmul;
 mod movement;
+mod quant;
 mod reduce;
 
 use crate::exec::Bufs;
@@ -73,10 +75,12 @@ pub const ALL: &[DType] = &DType::ALL;
 pub fn table() -> KernelTable<KernelBuilder> {
     let mut t = KernelTable::new();
     elementwise::register(&mut t);
+    fused::register(&mut t);
     indexing::register(&mut t);
     reduce::register(&mut t);
     matmul::register(&mut t);
     movement::register(&mut t);
+    quant::register(&mut t);
     t
 }
 

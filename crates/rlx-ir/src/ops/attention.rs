@@ -166,6 +166,19 @@ impl OpDef for Attention {
         }
         HostTensor::new(out.clone(), Data::F(y))
     }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], size: usize) -> Option<NodeId> {
+        // q, k, v fold the vmap axis into their batch axis; a custom mask goes through decompose.
+        if ins.len() > 3 {
+            return None;
+        }
+        let xs: Vec<NodeId> = ins
+            .iter()
+            .zip(batched)
+            .map(|(&x, &b)| if b { x } else { crate::ops::rules::add_batch(g, x, size) })
+            .collect();
+        let op = self.clone();
+        crate::ops::rules::merged(g, &xs, move |g, x| g.add_node(op, x))
+    }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {
             return None;

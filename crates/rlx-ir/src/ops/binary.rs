@@ -1,6 +1,7 @@
 //! Binary elementwise families with numpy broadcasting: arithmetic (one table line per op) and
 //! comparisons. Builders promote dtypes numpy-style and insert the casts.
 
+use crate::ops::rules::{self, Sym, with_sym};
 use crate::ops::util::{broadcast_index_map, fixed, rand_f64, rand_i64, same_dtype};
 use crate::shape::broadcast_dims;
 use crate::{
@@ -147,6 +148,41 @@ impl OpDef for Binary {
         };
         HostTensor::new(out.clone(), data)
     }
+    fn jvp(&self, g: &mut Graph, ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+        let k = self.kind;
+        let (da, db) = with_sym(g, |c| {
+            let (a, b) = (Sym::new(c, ins[0]), Sym::new(c, ins[1]));
+            (t[0].map(|_| k.deriv_a(a, b).id), t[1].map(|_| k.deriv_b(a, b).id))
+        });
+        let pa = t[0].zip(da).map(|(t, d)| rules::mul(g, t, d));
+        let pb = t[1].zip(db).map(|(t, d)| rules::mul(g, t, d));
+        let sum = match (pa, pb) {
+            (Some(a), Some(b)) => g.add(a, b),
+            (a, b) => a.or(b)?,
+        };
+        let od = rules::dims(g, out);
+        Some(rules::broadcast_to(g, sum, &od))
+    }
+
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let k = self.kind;
+        let (da, db) = with_sym(g, |c| {
+            let (a, b) = (Sym::new(c, ins[0]), Sym::new(c, ins[1]));
+            (k.deriv_a(a, b).id, k.deriv_b(a, b).id)
+        });
+        let mut v = vec![];
+        for (x, d) in [(ins[0], da), (ins[1], db)] {
+            let p = rules::mul(g, ct, d);
+            let xd = rules::dims(g, x);
+            v.push(Some(rules::sum_to(g, p, &xd)));
+        }
+        Some(v)
+    }
+
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        rules::elementwise_batch(g, self.clone().into(), ins, batched)
+    }
+
     fn samples() -> Vec<Sample> {
         let mut out = vec![];
         for &kind in BinaryKind::ALL {
@@ -262,6 +298,10 @@ impl OpDef for Compare {
         };
         HostTensor::new(out.clone(), Data::B(v))
     }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        rules::elementwise_batch(g, self.clone().into(), ins, batched)
+    }
+
     fn samples() -> Vec<Sample> {
         let mut out = vec![];
         for &kind in CompareKind::ALL {

@@ -1,5 +1,6 @@
 //! `cast` (dtype conversion) and `where` (elementwise select).
 
+use crate::ops::rules;
 use crate::ops::util::{broadcast_index_map, rand_f64};
 use crate::shape::broadcast_dims;
 use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
@@ -27,6 +28,17 @@ impl OpDef for Cast {
     }
     fn reference(&self, ins: &[&HostTensor], _out: &Shape) -> Result<HostTensor> {
         Ok(ins[0].cast(self.to))
+    }
+    fn jvp(&self, g: &mut Graph, _ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+        // Float to float carries the tangent; an integer or bool output has a zero tangent.
+        if self.to.is_float() { Some(g.cast(t[0]?, self.to)) } else { Some(rules::zeros_like(g, out)) }
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let from = g.dtype(ins[0]);
+        Some(vec![(from.is_float() && self.to.is_float()).then(|| g.cast(ct, from))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        rules::elementwise_batch(g, self.clone().into(), ins, batched)
     }
     fn samples() -> Vec<Sample> {
         let f = HostTensor::from_f64(&[6], DType::F32, &[-2.7, -0.5, 0.0, 0.49, 1.5, 300.25]).expect("sample");
@@ -82,6 +94,21 @@ impl OpDef for Where {
         let both =
             Data::concat(&[&ins[1].data, &ins[2].data]).ok_or_else(|| Error::eval("where", "branch classes differ"))?;
         HostTensor::new(out.clone(), both.gather(&pick))
+    }
+    fn jvp(&self, g: &mut Graph, ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+        let (a, b) = (rules::or_zeros(g, t[1], ins[1]), rules::or_zeros(g, t[2], ins[2]));
+        let y = g.where_(ins[0], a, b);
+        let od = rules::dims(g, out);
+        Some(rules::broadcast_to(g, y, &od))
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let z = rules::zeros_like(g, ct);
+        let (ta, tb) = (g.where_(ins[0], ct, z), g.where_(ins[0], z, ct));
+        let (ad, bd) = (rules::dims(g, ins[1]), rules::dims(g, ins[2]));
+        Some(vec![None, Some(rules::sum_to(g, ta, &ad)), Some(rules::sum_to(g, tb, &bd))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        rules::elementwise_batch(g, self.clone().into(), ins, batched)
     }
     fn samples() -> Vec<Sample> {
         let c = HostTensor::from_bool(&[2, 3], &[true, false, true, false, false, true]).expect("sample");

@@ -90,6 +90,14 @@ impl OpDef for Cumsum {
         };
         HostTensor::new(out.clone(), data)
     }
+    fn vjp(&self, g: &mut Graph, _ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        // The transpose of a forward scan is the same scan run backward.
+        Some(vec![Some(g.cumsum_with(ct, self.axis, !self.reverse, self.exclusive))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        let r = crate::ops::rules::dims(g, ins[0]).len() - 1;
+        Some(g.cumsum_with(ins[0], crate::ops::rules::shift_axis(self.axis, r), self.reverse, self.exclusive))
+    }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[3, 4], DType::F32, &rand_f64(12, -1.0, 1.0, 61)).expect("sample");
         let y = HostTensor::from_f64(&[2, 3, 2], DType::F64, &rand_f64(12, -1.0, 1.0, 62)).expect("sample");

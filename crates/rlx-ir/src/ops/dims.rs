@@ -1,5 +1,6 @@
 //! Ops that repeat, add or remove dims: broadcast_to, expand_dims, squeeze.
 
+use crate::ops::rules;
 use crate::ops::util::{broadcast_index_map, rand_f64};
 use crate::shape::{normalize_axes, normalize_axis};
 use crate::{DType, Dim, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
@@ -46,6 +47,16 @@ impl OpDef for BroadcastTo {
         let map = broadcast_index_map(&od, &ins[0].dims());
         HostTensor::new(out.clone(), ins[0].data.gather(&map))
     }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let d = rules::dims(g, ins[0]);
+        Some(vec![Some(rules::sum_to(g, ct, &d))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], size: usize) -> Option<NodeId> {
+        let x = rules::lift(g, ins[0], self.dims.len());
+        let mut d = vec![size];
+        d.extend_from_slice(&self.dims);
+        Some(g.broadcast_to(x, &d))
+    }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[3, 1], DType::F32, &rand_f64(3, -1.0, 1.0, 11)).expect("sample");
         let v = HostTensor::from_f64(&[4], DType::F64, &rand_f64(4, -1.0, 1.0, 12)).expect("sample");
@@ -89,6 +100,14 @@ impl OpDef for ExpandDims {
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         HostTensor::new(out.clone(), ins[0].data.clone())
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let d = rules::dims(g, ins[0]);
+        Some(vec![Some(g.reshape(ct, &d))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        let r = rules::dims(g, ins[0]).len() - 1;
+        Some(g.expand_dims(ins[0], rules::shift_axis(self.axis, r + 1)))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[2, 3], DType::F32, &rand_f64(6, -1.0, 1.0, 13)).expect("sample");
@@ -140,6 +159,23 @@ impl OpDef for Squeeze {
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         HostTensor::new(out.clone(), ins[0].data.clone())
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let d = rules::dims(g, ins[0]);
+        Some(vec![Some(g.reshape(ct, &d))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        // Name the squeezed axes explicitly: an empty list would also drop a batch of size 1.
+        let d = rules::dims(g, ins[0]);
+        let axes: Vec<i64> = if self.axes.is_empty() {
+            (1..d.len()).filter(|&i| d[i] == 1).map(|i| i as i64).collect()
+        } else {
+            self.axes.iter().map(|&a| rules::shift_axis(a, d.len() - 1)).collect()
+        };
+        if axes.is_empty() {
+            return Some(ins[0]);
+        }
+        Some(g.squeeze(ins[0], &axes))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[1, 3, 1, 2], DType::F32, &rand_f64(6, -1.0, 1.0, 15)).expect("sample");

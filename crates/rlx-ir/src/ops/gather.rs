@@ -2,6 +2,7 @@
 //!
 //! Indices must lie in `0..dim`; negative or too large indices are an evaluation error.
 
+use crate::ops::rules;
 use crate::ops::util::{rand_f64, rand_i64};
 use crate::shape::normalize_axis;
 use crate::{
@@ -74,6 +75,50 @@ impl OpDef for Gather {
         let a = normalize_axis(self.axis, dims.len()).map_err(|e| Error::eval("gather", e))?;
         let map = take_map("gather", &dims, a, ins[1])?;
         HostTensor::new(out.clone(), ins[0].data.gather(&map))
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let z = rules::zeros_like(g, ins[0]);
+        Some(vec![Some(g.scatter_add(z, ins[1], ct, self.axis)), None])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], size: usize) -> Option<NodeId> {
+        let (x, idx) = (ins[0], ins[1]);
+        let r = rules::dims(g, x).len() - usize::from(batched[0]);
+        let a = normalize_axis(self.axis, r).ok()?;
+        match (batched[0], batched[1]) {
+            (true, false) => Some(g.gather(x, idx, a as i64 + 1)),
+            (false, true) => {
+                // The batch axis lands at position `a`: move it to the front.
+                let y = g.gather(x, idx, a as i64);
+                let n = rules::dims(g, y).len();
+                let perm: Vec<usize> = std::iter::once(a).chain((0..n).filter(|&i| i != a)).collect();
+                Some(g.transpose(y, &perm))
+            }
+            _ => {
+                // Both batched: fold the batch into the indexed axis with offsets b * dim.
+                let xd = rules::dims(g, x);
+                let ni = rules::dims(g, idx).len() - 1;
+                let n = xd[a + 1];
+                let perm: Vec<usize> = [0, a + 1].into_iter().chain((1..=r).filter(|&i| i != a + 1)).collect();
+                let xt = g.transpose(x, &perm);
+                let mut fd = vec![size * n];
+                fd.extend(perm[2..].iter().map(|&p| xd[p]));
+                let xf = g.reshape(xt, &fd);
+                let off = g.arange(0.0, n as f64, size, DType::I64);
+                let mut od = vec![size];
+                od.extend(std::iter::repeat_n(1, ni));
+                let off = g.reshape(off, &od);
+                let i64s = g.cast_to(idx, DType::I64);
+                let fi = g.add(i64s, off);
+                let y = g.gather(xf, fi, 0);
+                // y is [B, idx.., pre.., post..]; want [B, pre.., idx.., post..].
+                let tot = 1 + ni + (r - 1);
+                let mut p = vec![0];
+                p.extend(1 + ni..1 + ni + a);
+                p.extend(1..1 + ni);
+                p.extend(1 + ni + a..tot);
+                Some(g.transpose(y, &p))
+            }
+        }
     }
     fn samples() -> Vec<Sample> {
         let table = HostTensor::from_f64(&[5, 3], DType::F32, &rand_f64(15, -1.0, 1.0, 41)).expect("sample");
@@ -150,6 +195,18 @@ impl OpDef for ScatterAdd {
             _ => return Err(Error::eval("scatter_add", "unsupported dtype")),
         };
         HostTensor::new(out.clone(), data)
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        Some(vec![Some(ct), None, Some(g.gather(ct, ins[1], self.axis))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], size: usize) -> Option<NodeId> {
+        if batched[1] {
+            return None;
+        }
+        let r = rules::dims(g, ins[0]).len() - usize::from(batched[0]);
+        let t = if batched[0] { ins[0] } else { rules::add_batch(g, ins[0], size) };
+        let u = if batched[2] { ins[2] } else { rules::add_batch(g, ins[2], size) };
+        Some(g.scatter_add(t, ins[1], u, rules::shift_axis(self.axis, r)))
     }
     fn samples() -> Vec<Sample> {
         let f = |d: &[usize], dt, seed| {

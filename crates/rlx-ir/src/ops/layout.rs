@@ -1,5 +1,6 @@
 //! reshape and transpose.
 
+use crate::ops::rules;
 use crate::ops::util::{rand_f64, unravel};
 use crate::shape::strides;
 use crate::{DType, Dim, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
@@ -32,6 +33,15 @@ impl OpDef for Reshape {
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         HostTensor::new(out.clone(), ins[0].data.clone())
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let d = rules::dims(g, ins[0]);
+        Some(vec![Some(g.reshape(ct, &d))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], size: usize) -> Option<NodeId> {
+        let mut d = vec![size];
+        d.extend_from_slice(&self.dims);
+        Some(g.reshape(ins[0], &d))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[2, 3, 4], DType::F32, &rand_f64(24, -1.0, 1.0, 1)).expect("sample");
@@ -78,6 +88,18 @@ impl OpDef for Transpose {
         let idx: Vec<usize> =
             (0..n).map(|f| unravel(f, &od).iter().enumerate().map(|(i, &x)| x * is[self.perm[i]]).sum()).collect();
         HostTensor::new(out.clone(), ins[0].data.gather(&idx))
+    }
+    fn vjp(&self, g: &mut Graph, _ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let mut inv = vec![0; self.perm.len()];
+        for (i, &p) in self.perm.iter().enumerate() {
+            inv[p] = i;
+        }
+        Some(vec![Some(g.transpose(ct, &inv))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        let mut perm = vec![0];
+        perm.extend(self.perm.iter().map(|&p| p + 1));
+        Some(g.transpose(ins[0], &perm))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[2, 3, 4], DType::F32, &rand_f64(24, -1.0, 1.0, 2)).expect("sample");

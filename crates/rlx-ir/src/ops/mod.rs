@@ -7,17 +7,21 @@ use serde::{Deserialize, Serialize};
 pub mod attention;
 pub mod binary;
 pub mod cast;
+pub mod control;
 pub mod conv;
 pub mod cumsum;
 pub mod dims;
+pub mod fused;
 pub mod gather;
 pub mod layout;
 pub mod leaf;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
 pub mod rope;
+pub mod rules;
 pub mod slice;
 pub mod softmax;
 pub mod topk;
@@ -27,15 +31,18 @@ pub mod util;
 pub use attention::{Attention, MaskKind};
 pub use binary::{Binary, BinaryKind, Compare, CompareKind};
 pub use cast::{Cast, Where};
+pub use control::{Cond, CustomFn, Scan, ScanOutput, WhileLoop};
 pub use conv::Conv2d;
 pub use cumsum::Cumsum;
 pub use dims::{BroadcastTo, ExpandDims, Squeeze};
+pub use fused::{Fused, FusedMatMul, Instr};
 pub use gather::{Gather, ScatterAdd};
 pub use layout::{Reshape, Transpose};
 pub use leaf::{Arange, Constant, Full, Input, Param};
 pub use matmul::MatMul;
 pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
+pub use quant::{Dequantize, QMatMul};
 pub use reduce::{ArgMax, Reduce, ReduceKind};
 pub use rope::Rope;
 pub use slice::{Concat, Slice};
@@ -120,8 +127,16 @@ define_ops! {
     Attention(Attention),
     Rope(Rope),
     Conv2d(Conv2d),
+    Dequantize(Dequantize),
+    QMatMul(QMatMul),
     MaxPool2d(MaxPool2d),
     AvgPool2d(AvgPool2d),
+    Fused(Fused),
+    FusedMatMul(FusedMatMul),
+    CustomFn(CustomFn),
+    Cond(Cond),
+    Scan(Scan),
+    WhileLoop(WhileLoop),
 }
 
 /// CamelCase to snake_case, as serde's rename does.

@@ -86,6 +86,13 @@ impl OpDef for LayerNorm {
         });
         HostTensor::new(out.clone(), Data::F(y))
     }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        // Normalizes the last axis: a batched x works as is; batched gamma/beta go through decompose.
+        if batched[1..].iter().any(|&b| b) {
+            return None;
+        }
+        Some(g.add_node(self.clone(), ins))
+    }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {
             return None;
@@ -157,6 +164,13 @@ impl OpDef for RmsNorm {
             }
         });
         HostTensor::new(out.clone(), Data::F(y))
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        // Normalizes the last axis: a batched x works as is; batched gamma/beta go through decompose.
+        if batched[1..].iter().any(|&b| b) {
+            return None;
+        }
+        Some(g.add_node(self.clone(), ins))
     }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {

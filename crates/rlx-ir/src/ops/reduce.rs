@@ -1,5 +1,6 @@
 //! Reductions over axes (sum, mean, max, min, prod) and argmax.
 
+use crate::ops::rules;
 use crate::ops::util::{rand_f64, rand_i64, unravel};
 use crate::shape::{normalize_axes, normalize_axis, strides};
 use crate::{
@@ -173,6 +174,51 @@ impl OpDef for Reduce {
         };
         HostTensor::new(out.clone(), data)
     }
+    fn jvp(&self, g: &mut Graph, ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+        let (x, t) = (ins[0], t[0]?);
+        match self.kind {
+            ReduceKind::Sum | ReduceKind::Mean => Some(g.reduce(self.kind, t, &self.axes, self.keep_dims)),
+            ReduceKind::Max | ReduceKind::Min => {
+                let w = self.arg_weights(g, x, out)?;
+                let tw = g.mul(t, w);
+                Some(g.sum(tw, &self.axes, self.keep_dims))
+            }
+            ReduceKind::Prod => {
+                let q = g.div(t, x);
+                let s = g.sum(q, &self.axes, self.keep_dims);
+                Some(g.mul(s, out))
+            }
+        }
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let x = ins[0];
+        let xd = rules::dims(g, x);
+        let ctb = self.expand(g, ct, &xd)?;
+        let d = match self.kind {
+            ReduceKind::Sum => ctb,
+            ReduceKind::Mean => {
+                let axes = normalize_axes(&self.axes, xd.len()).ok()?;
+                let n: usize = axes.iter().map(|&a| xd[a]).product();
+                let inv = g.scalar(1.0 / n as f64, g.dtype(x));
+                g.mul(ctb, inv)
+            }
+            ReduceKind::Max | ReduceKind::Min => {
+                let w = self.arg_weights(g, x, out)?;
+                g.mul(ctb, w)
+            }
+            ReduceKind::Prod => {
+                let y = self.expand(g, out, &xd)?;
+                let q = g.div(y, x);
+                g.mul(ctb, q)
+            }
+        };
+        Some(vec![Some(d)])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        let r = rules::dims(g, ins[0]).len() - 1;
+        let axes: Vec<i64> = self.axes.iter().map(|&a| rules::shift_axis(a, r)).collect();
+        Some(g.reduce(self.kind, ins[0], &axes, self.keep_dims))
+    }
     fn samples() -> Vec<Sample> {
         let mut out = vec![];
         for &kind in ReduceKind::ALL {
@@ -196,6 +242,26 @@ impl OpDef for Reduce {
             }
         }
         out
+    }
+}
+
+impl Reduce {
+    /// A reduced node broadcast back to the input dims `xd`.
+    fn expand(&self, g: &mut Graph, y: NodeId, xd: &[usize]) -> Option<NodeId> {
+        let axes = normalize_axes(&self.axes, xd.len()).ok()?;
+        let kd: Vec<usize> = xd.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
+        let y = if self.keep_dims { y } else { g.reshape(y, &kd) };
+        Some(rules::broadcast_to(g, y, xd))
+    }
+
+    /// For max/min: 1/count at the positions that attain the extremum (ties share), else 0.
+    fn arg_weights(&self, g: &mut Graph, x: NodeId, out: NodeId) -> Option<NodeId> {
+        let xd = rules::dims(g, x);
+        let y = self.expand(g, out, &xd)?;
+        let hit = g.eq(x, y);
+        let m = g.cast(hit, g.dtype(x));
+        let n = g.sum(m, &self.axes, true);
+        Some(g.div(m, n))
     }
 }
 
@@ -242,6 +308,10 @@ impl OpDef for ArgMax {
             }
         }
         HostTensor::new(out.clone(), Data::I(idx))
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        let r = rules::dims(g, ins[0]).len() - 1;
+        Some(g.argmax(ins[0], rules::shift_axis(self.axis, r), self.keep_dims))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[3, 4], DType::F32, &rand_f64(12, -2.0, 2.0, 4)).expect("sample");

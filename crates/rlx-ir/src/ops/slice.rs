@@ -1,5 +1,6 @@
 //! Strided slice and concatenation along an axis.
 
+use crate::ops::rules;
 use crate::ops::util::{rand_f64, same_dtype, unravel};
 use crate::shape::{normalize_axis, strides};
 use crate::{DType, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
@@ -58,6 +59,27 @@ impl OpDef for Slice {
             })
             .collect();
         HostTensor::new(out.clone(), ins[0].data.gather(&map))
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        // The transpose scatters back axis by axis: positions start + i * step, zeros elsewhere.
+        let xd = rules::dims(g, ins[0]);
+        let mut cur = ct;
+        for (a, &full) in xd.iter().enumerate() {
+            let cd = rules::dims(g, cur);
+            if cd[a] == full {
+                continue;
+            }
+            let mut td = cd.clone();
+            td[a] = full;
+            let z = g.full(Shape::new(&td, g.dtype(ct)), 0.0);
+            let idx = g.arange(self.starts[a] as f64, self.steps[a] as f64, cd[a], DType::I64);
+            cur = g.scatter_add(z, idx, cur, a as i64);
+        }
+        Some(vec![Some(cur)])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], size: usize) -> Option<NodeId> {
+        let cat = |h: usize, v: &[usize]| std::iter::once(h).chain(v.iter().copied()).collect::<Vec<_>>();
+        Some(g.slice(ins[0], &cat(0, &self.starts), &cat(size, &self.ends), &cat(1, &self.steps)))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[4, 6], DType::F32, &rand_f64(24, -1.0, 1.0, 21)).expect("sample");
@@ -147,6 +169,24 @@ impl OpDef for Concat {
         let parts: Vec<&Data> = ins.iter().map(|t| &t.data).collect();
         let joined = Data::concat(&parts).ok_or_else(|| Error::eval("concat", "inputs differ in class"))?;
         HostTensor::new(out.clone(), joined.gather(&map))
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let r = rules::dims(g, ct).len();
+        let a = normalize_axis(self.axis, r).ok()?;
+        let mut start = 0;
+        let mut v = vec![];
+        for &x in ins {
+            let n = rules::dims(g, x)[a];
+            v.push(Some(g.slice_axis(ct, a as i64, start, start + n)));
+            start += n;
+        }
+        Some(v)
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], size: usize) -> Option<NodeId> {
+        let r = rules::dims(g, ins[0]).len() - usize::from(batched[0]);
+        let xs: Vec<NodeId> =
+            ins.iter().zip(batched).map(|(&x, &b)| if b { x } else { rules::add_batch(g, x, size) }).collect();
+        Some(g.concat(&xs, rules::shift_axis(self.axis, r)))
     }
     fn samples() -> Vec<Sample> {
         let f = |d: &[usize], dt, seed| {

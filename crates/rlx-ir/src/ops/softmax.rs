@@ -70,6 +70,18 @@ macro_rules! lane_op {
             fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
                 Some($decomp(g, ins[0], self.axis))
             }
+            fn jvp(&self, g: &mut Graph, _ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+                Some(lane_rule($name == "softmax", g, self.axis, out, t[0]?))
+            }
+            fn vjp(&self, g: &mut Graph, _ins: &[NodeId], out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+                // Both are self-adjoint in the tangent: J is symmetric for softmax; for
+                // log_softmax J^T ct = ct - softmax * sum(ct).
+                Some(vec![Some(lane_vjp($name == "softmax", g, self.axis, out, ct))])
+            }
+            fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+                let r = crate::ops::rules::dims(g, ins[0]).len() - 1;
+                Some(g.add_node($t { axis: crate::ops::rules::shift_axis(self.axis, r) }, &[ins[0]]))
+            }
             fn samples() -> Vec<Sample> {
                 let mut out = vec![];
                 for (dims, axis, dt) in
@@ -90,6 +102,26 @@ macro_rules! lane_op {
 
 lane_op!(Softmax, "softmax", softmax_lane, decompose_softmax);
 lane_op!(LogSoftmax, "log_softmax", log_softmax_lane, decompose_log_softmax);
+
+/// JVP of softmax (`y * (t - sum(t * y))`) or log_softmax (`t - sum(t * softmax)`), given the output.
+fn lane_rule(softmax: bool, g: &mut Graph, axis: i64, y: NodeId, t: NodeId) -> NodeId {
+    let p = if softmax { y } else { g.exp(y) };
+    let tp = g.mul(t, p);
+    let s = g.sum(tp, &[axis], true);
+    let d = g.sub(t, s);
+    if softmax { g.mul(y, d) } else { d }
+}
+
+/// VJP of softmax (its Jacobian is symmetric) or log_softmax (`ct - softmax * sum(ct)`).
+fn lane_vjp(softmax: bool, g: &mut Graph, axis: i64, y: NodeId, ct: NodeId) -> NodeId {
+    if softmax {
+        return lane_rule(true, g, axis, y, ct);
+    }
+    let p = g.exp(y);
+    let s = g.sum(ct, &[axis], true);
+    let ps = g.mul(p, s);
+    g.sub(ct, ps)
+}
 
 fn decompose_softmax(g: &mut Graph, x: NodeId, axis: i64) -> NodeId {
     let m = g.max(x, &[axis], true);

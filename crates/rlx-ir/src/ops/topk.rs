@@ -1,6 +1,7 @@
 //! top_k along the last axis (like `jax.lax.top_k`). A node has one output, so values and
 //! indices are two nodes that differ in the `output` attribute.
 
+use crate::ops::rules;
 use crate::ops::util::{rand_f64, rand_i64};
 use crate::{
     DType, DTypeClass, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity,
@@ -35,6 +36,23 @@ fn desc_f64(a: f64, b: f64) -> Ordering {
         (true, false) => Ordering::Less,
         (false, true) => Ordering::Greater,
         _ => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
+    }
+}
+
+impl TopK {
+    /// Flat positions in x of the selected elements (1-D, i64) and the output dims.
+    fn flat_indices(&self, g: &mut Graph, x: NodeId) -> Option<(NodeId, Vec<usize>)> {
+        let xd = rules::dims(g, x);
+        let n = *xd.last()?;
+        let rows: usize = xd[..xd.len() - 1].iter().product();
+        let idx = g.add_node(TopK { k: self.k, output: TopKOutput::Indices }, &[x]);
+        let off = g.arange(0.0, n as f64, rows, DType::I64);
+        let off = g.reshape(off, &[rows, 1]);
+        let i2 = g.reshape(idx, &[rows, self.k]);
+        let fi = g.add(i2, off);
+        let mut od = xd.clone();
+        *od.last_mut()? = self.k;
+        Some((g.reshape(fi, &[rows * self.k]), od))
     }
 }
 
@@ -98,6 +116,25 @@ impl OpDef for TopK {
             TopKOutput::Indices => Data::I(pos),
         };
         HostTensor::new(out.clone(), data)
+    }
+    fn jvp(&self, g: &mut Graph, ins: &[NodeId], t: &[Option<NodeId>], _out: NodeId) -> Option<NodeId> {
+        let (flat, od) = self.flat_indices(g, ins[0])?;
+        let xd = rules::dims(g, ins[0]);
+        let tf = g.reshape(t[0]?, &[xd.iter().product()]);
+        let y = g.gather(tf, flat, 0);
+        Some(g.reshape(y, &od))
+    }
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let (flat, _) = self.flat_indices(g, ins[0])?;
+        let xd = rules::dims(g, ins[0]);
+        let z = g.full(Shape::new(&[xd.iter().product()], g.dtype(ct)), 0.0);
+        let n = rules::dims(g, flat).iter().product();
+        let cf = g.reshape(ct, &[n]);
+        let s = g.scatter_add(z, flat, cf, 0);
+        Some(vec![Some(g.reshape(s, &xd))])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
+        Some(g.add_node(self.clone(), &[ins[0]]))
     }
     fn samples() -> Vec<Sample> {
         let x = HostTensor::from_f64(&[3, 6], DType::F32, &rand_f64(18, -1.0, 1.0, 71)).expect("sample");

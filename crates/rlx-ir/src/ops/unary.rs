@@ -1,5 +1,6 @@
 //! The unary elementwise family: one table line per op (name, expression, derivative, integer form).
 
+use crate::ops::rules::{self, Sym, with_sym};
 use crate::ops::util::{rand_f64, unary_dtype_check};
 use crate::{DType, Data, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Scalar, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
@@ -135,6 +136,20 @@ impl OpDef for Unary {
             }
         };
         HostTensor::new(out.clone(), data)
+    }
+
+    fn jvp(&self, g: &mut Graph, ins: &[NodeId], t: &[Option<NodeId>], out: NodeId) -> Option<NodeId> {
+        let d = with_sym(g, |c| self.kind.deriv(Sym::new(c, ins[0]), Sym::new(c, out)).id);
+        Some(rules::mul(g, t[0]?, d))
+    }
+
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let d = with_sym(g, |c| self.kind.deriv(Sym::new(c, ins[0]), Sym::new(c, out)).id);
+        Some(vec![Some(rules::mul(g, ct, d))])
+    }
+
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        rules::elementwise_batch(g, self.clone().into(), ins, batched)
     }
 
     fn samples() -> Vec<Sample> {

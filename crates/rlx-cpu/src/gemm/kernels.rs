@@ -1,0 +1,172 @@
+//! Micro-kernels: an MR x NR tile of C from packed panels of A and B. AVX2+FMA when the CPU has
+//! it (checked at run time, cached by std), a portable loop otherwise.
+
+/// Portable micro-kernel over any element type.
+///
+/// # Safety
+/// As `GemmElem::micro`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
+    kc: usize,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    rs: isize,
+    m: usize,
+    n: usize,
+    accumulate: bool,
+) {
+    let mut acc = [[T::default(); NR]; MR];
+    for p in 0..kc {
+        for (i, row) in acc.iter_mut().enumerate() {
+            // SAFETY: panels hold kc * MR and kc * NR elements.
+            let av = unsafe { *a.add(p * MR + i) };
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = *v + av * unsafe { *b.add(p * NR + j) };
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate().take(m) {
+        for (j, &v) in row.iter().enumerate().take(n) {
+            // SAFETY: (i, j) lies inside the tile of C.
+            let dst = unsafe { &mut *c.offset(i as isize * rs + j as isize) };
+            *dst = if accumulate { *dst + v } else { v };
+        }
+    }
+}
+
+/// f32 tile 6 x 16.
+///
+/// # Safety
+/// As `GemmElem::micro`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn micro_f32(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    rs: isize,
+    m: usize,
+    n: usize,
+    acc: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the features are present.
+        return unsafe { x86::f32_6x16(kc, a, b, c, rs, m, n, acc) };
+    }
+    unsafe { generic::<f32, 6, 16>(kc, a, b, c, rs, m, n, acc) }
+}
+
+/// f64 tile 6 x 8.
+///
+/// # Safety
+/// As `GemmElem::micro`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn micro_f64(
+    kc: usize,
+    a: *const f64,
+    b: *const f64,
+    c: *mut f64,
+    rs: isize,
+    m: usize,
+    n: usize,
+    acc: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the features are present.
+        return unsafe { x86::f64_6x8(kc, a, b, c, rs, m, n, acc) };
+    }
+    unsafe { generic::<f64, 6, 8>(kc, a, b, c, rs, m, n, acc) }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    // Intrinsics code: every statement is unsafe; the functions document the contract.
+    #![allow(unsafe_op_in_unsafe_fn)]
+    use std::arch::x86_64::*;
+
+    /// Writes (or adds) a full register tile into C, or a partial one through a stack buffer.
+    macro_rules! store_tile {
+        ($t:ty, $lanes:expr, $regs:expr, $store:ident, $load:ident, $add:ident, $c:expr, $rs:expr, $m:expr, $n:expr, $acc:expr) => {{
+            const NR: usize = 2 * $lanes;
+            if $m == 6 && $n == NR {
+                for (i, row) in $regs.iter().enumerate() {
+                    let dst = $c.offset(i as isize * $rs);
+                    for (h, &v) in row.iter().enumerate() {
+                        let p = dst.add(h * $lanes);
+                        let v = if $acc { $add($load(p), v) } else { v };
+                        $store(p, v);
+                    }
+                }
+            } else {
+                let mut tmp = [0 as $t; 6 * NR];
+                for (i, row) in $regs.iter().enumerate() {
+                    for (h, &v) in row.iter().enumerate() {
+                        $store(tmp.as_mut_ptr().add(i * NR + h * $lanes), v);
+                    }
+                }
+                for i in 0..$m {
+                    for j in 0..$n {
+                        let dst = &mut *$c.offset(i as isize * $rs + j as isize);
+                        let v = tmp[i * NR + j];
+                        *dst = if $acc { *dst + v } else { v };
+                    }
+                }
+            }
+        }};
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn f32_6x16(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        rs: isize,
+        m: usize,
+        n: usize,
+        acc: bool,
+    ) {
+        let mut r = [[_mm256_setzero_ps(); 2]; 6];
+        for p in 0..kc {
+            let b0 = _mm256_loadu_ps(b.add(p * 16));
+            let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
+            let ap = a.add(p * 6);
+            for (i, row) in r.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+        }
+        store_tile!(f32, 8, r, _mm256_storeu_ps, _mm256_loadu_ps, _mm256_add_ps, c, rs, m, n, acc);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn f64_6x8(
+        kc: usize,
+        a: *const f64,
+        b: *const f64,
+        c: *mut f64,
+        rs: isize,
+        m: usize,
+        n: usize,
+        acc: bool,
+    ) {
+        let mut r = [[_mm256_setzero_pd(); 2]; 6];
+        for p in 0..kc {
+            let b0 = _mm256_loadu_pd(b.add(p * 8));
+            let b1 = _mm256_loadu_pd(b.add(p * 8 + 4));
+            let ap = a.add(p * 6);
+            for (i, row) in r.iter_mut().enumerate() {
+                let av = _mm256_broadcast_sd(&*ap.add(i));
+                row[0] = _mm256_fmadd_pd(av, b0, row[0]);
+                row[1] = _mm256_fmadd_pd(av, b1, row[1]);
+            }
+        }
+        store_tile!(f64, 4, r, _mm256_storeu_pd, _mm256_loadu_pd, _mm256_add_pd, c, rs, m, n, acc);
+    }
+}

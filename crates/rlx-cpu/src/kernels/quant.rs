@@ -1,0 +1,255 @@
+//! Quantized weights: `qmatmul` (packed GGUF rows times f32 activations) and `dequantize`.
+//!
+//! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
+//! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2 or portable int8 dot
+//! products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
+//! Decode (one row) splits the output features over threads; prefill quantizes each activation
+//! row once and reuses every weight row across a tile of activation rows.
+
+mod dot;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
+use crate::exec::Bufs;
+use crate::threads::parallel_for;
+use dot::{Q8K, Q80};
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Error, Op, OpKind, QuantScheme, Result};
+
+/// Dtypes of the claimed nodes: f32 activations and outputs, u8 packed weights.
+const F32_U8: &[DType] = &[DType::F32, DType::U8];
+
+pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
+    t.register(OpKind::QMatMul, F32_U8, qmatmul);
+    t.register(OpKind::Dequantize, F32_U8, dequantize);
+}
+
+/// The instruction set the int8 dot products use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust.
+    Scalar,
+    /// AVX2 `maddubs`.
+    Avx2,
+    /// AVX-512 VNNI `vpdpbusd` (256-bit).
+    Vnni,
+}
+
+impl Isa {
+    /// The best the CPU supports (`RLX_QUANT_ISA=scalar|avx2` caps it, for comparisons).
+    pub fn detect() -> Isa {
+        let cap = std::env::var("RLX_QUANT_ISA").unwrap_or_default();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 =
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let vnni = avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+            if cap != "scalar" && cap != "avx2" && vnni {
+                return Isa::Vnni;
+            }
+            if cap != "scalar" && avx2 {
+                return Isa::Avx2;
+            }
+        }
+        let _ = cap;
+        Isa::Scalar
+    }
+
+    /// Every path this CPU can run (tests compare them).
+    #[cfg(test)]
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        [Isa::Scalar, Isa::Avx2, Isa::Vnni].into_iter().filter(|&i| i as u8 <= best as u8).collect()
+    }
+}
+
+/// A row dot product against one row of quantized activations.
+#[derive(Clone, Copy)]
+pub enum RowDot {
+    /// K-quant weights, Q8_K activations.
+    K(fn(&[u8], &[Q8K]) -> f32),
+    /// 32-blocks, Q8_0 activations.
+    Z(fn(&[u8], &[Q80]) -> f32),
+}
+
+macro_rules! pick {
+    ($isa:expr, $f:ident) => {
+        match $isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Isa::detect` chose this path only when the CPU has these features.
+            Isa::Vnni => |w: &[u8], a: &_| unsafe { x86::vnni::$f(w, a) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Isa::Avx2 => |w: &[u8], a: &_| unsafe { x86::avx2::$f(w, a) },
+            _ => dot::$f,
+        }
+    };
+}
+
+/// The int8 row dot product for `scheme` on `isa`, or None when the scheme has none.
+pub fn row_dot(scheme: QuantScheme, isa: Isa) -> Option<RowDot> {
+    Some(match scheme {
+        QuantScheme::Q4_K => RowDot::K(pick!(isa, q4k)),
+        QuantScheme::Q5_K => RowDot::K(pick!(isa, q5k)),
+        QuantScheme::Q6_K => RowDot::K(pick!(isa, q6k)),
+        QuantScheme::Q8_0 => RowDot::Z(pick!(isa, q8_0)),
+        QuantScheme::Q4_0 => RowDot::Z(pick!(isa, q4_0)),
+        _ => return None,
+    })
+}
+
+/// A raw output pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: every task writes a disjoint set of elements, and `parallel_for` joins before return.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Element `i` (a method, so closures capture the whole `Sync` wrapper).
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// Output rows per task (decode) and activation rows per tile (prefill).
+const ROWS_PER_TASK: usize = 32;
+const TILE_M: usize = 16;
+
+/// `y[i, j] = dot(w_j, act_i)` for rows `i < m`, every feature `j < n`, threaded over `j`.
+fn matmul_rows<A: Sync>(
+    act: &[A],
+    per_row: usize,
+    w: &[u8],
+    rb: usize,
+    n: usize,
+    y: OutPtr,
+    f: fn(&[u8], &[A]) -> f32,
+) {
+    let m = act.len() / per_row;
+    let tasks = n.div_ceil(ROWS_PER_TASK);
+    parallel_for(tasks, &|t| {
+        let (j0, j1) = (t * ROWS_PER_TASK, ((t + 1) * ROWS_PER_TASK).min(n));
+        for i0 in (0..m).step_by(TILE_M) {
+            for j in j0..j1 {
+                let wr = &w[j * rb..(j + 1) * rb];
+                for i in i0..(i0 + TILE_M).min(m) {
+                    let v = f(wr, &act[i * per_row..(i + 1) * per_row]);
+                    // SAFETY: element (i, j) lies in the m x n output, and only this task writes column j.
+                    unsafe { *y.at(i * n + j) = v };
+                }
+            }
+        }
+    });
+}
+
+fn qmatmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::QMatMul(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let (scheme, k) = (op.scheme, op.k);
+    let rb = scheme.row_bytes(k).map_err(|e| Error::eval("qmatmul", e))?;
+    let n = ctx.in_dims(1)[0];
+    let m = ctx.in_dims(0).iter().product::<usize>() / k;
+    let build = BuiltQMatMul { scheme, k, rb, m, n, isa: Isa::detect() };
+    build.kernel()
+}
+
+/// A compiled quantized matmul: geometry, chosen path and its scratch.
+struct BuiltQMatMul {
+    scheme: QuantScheme,
+    k: usize,
+    rb: usize,
+    m: usize,
+    n: usize,
+    isa: Isa,
+}
+
+impl BuiltQMatMul {
+    fn kernel(self) -> Result<Kernel> {
+        let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        match row_dot(scheme, isa) {
+            Some(RowDot::K(f)) => {
+                // Scratch for the quantized activations, allocated once here.
+                let mut act = vec![Q8K::default(); m * k / 256];
+                Ok(Box::new(move |b: &Bufs<'_>| {
+                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                        dot::quantize_q8k(x, a);
+                    }
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    matmul_rows(&act, k / 256, b.input::<u8>(1), rb, n, y, f);
+                    Ok(())
+                }))
+            }
+            Some(RowDot::Z(f)) => {
+                let mut act = vec![Q80::default(); m * k / 32];
+                Ok(Box::new(move |b: &Bufs<'_>| {
+                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                        dot::quantize_q80(x, a);
+                    }
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    matmul_rows(&act, k / 32, b.input::<u8>(1), rb, n, y, f);
+                    Ok(())
+                }))
+            }
+            None => Ok(Box::new(move |b: &Bufs<'_>| generic(scheme, k, rb, m, n, b))),
+        }
+    }
+}
+
+/// Any other dequantizable scheme: one block at a time into a stack buffer, exact f32 products.
+fn generic(scheme: QuantScheme, k: usize, rb: usize, m: usize, n: usize, b: &Bufs<'_>) -> Result<()> {
+    let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+    let (x, w) = (b.input::<f32>(0), b.input::<u8>(1));
+    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    parallel_for(n.div_ceil(ROWS_PER_TASK), &|t| {
+        let mut buf = [0f32; 256];
+        for j in t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(n) {
+            for i in 0..m {
+                let mut acc = 0f32;
+                for blk in 0..k / bs {
+                    let src = &w[j * rb + blk * bb..j * rb + (blk + 1) * bb];
+                    if scheme.dequantize_rows(src, bs, &mut buf[..bs]).is_err() {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    }
+                    let xs = &x[i * k + blk * bs..i * k + (blk + 1) * bs];
+                    acc += xs.iter().zip(&buf[..bs]).map(|(a, b)| a * b).sum::<f32>();
+                }
+                // SAFETY: (i, j) is inside the output and only this task writes column j.
+                unsafe { *y.at(i * n + j) = acc };
+            }
+        }
+    });
+    if failed.into_inner() {
+        return Err(Error::eval("qmatmul", format!("cannot dequantize {scheme} blocks")));
+    }
+    Ok(())
+}
+
+fn dequantize(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::Dequantize(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let (scheme, k) = (op.scheme, op.k);
+    let rb = scheme.row_bytes(k).map_err(|e| Error::eval("dequantize", e))?;
+    Ok(Box::new(move |b: &Bufs<'_>| {
+        let w = b.input::<u8>(0);
+        let rows = w.len() / rb;
+        let y = OutPtr(b.output::<f32>().as_mut_ptr());
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        parallel_for(rows.div_ceil(ROWS_PER_TASK), &|t| {
+            let (r0, r1) = (t * ROWS_PER_TASK, ((t + 1) * ROWS_PER_TASK).min(rows));
+            // SAFETY: rows r0..r1 of the output belong to this task only.
+            let out = unsafe { std::slice::from_raw_parts_mut(y.at(r0 * k), (r1 - r0) * k) };
+            if scheme.dequantize_rows(&w[r0 * rb..r1 * rb], k, out).is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        if failed.into_inner() {
+            return Err(Error::eval("dequantize", format!("cannot dequantize {scheme} rows")));
+        }
+        Ok(())
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! The CPU thread pool: one per process, shared by every compiled graph, so several graphs never
+//! oversubscribe the cores. Its size respects the affinity mask and `RLX_NUM_THREADS`.
+//!
+//! `parallel_for` hands one job at a time to parked workers through a mutex and condvars; it
+//! allocates nothing per call, and concurrent callers take turns.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// Threads RLX uses: `RLX_NUM_THREADS` if set to a positive number, else the CPUs this process
+/// may run on (the affinity mask and cgroup quota, via `available_parallelism`).
+/// Read once per process (reading the environment allocates).
+pub fn num_threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("RLX_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+type Task = dyn Fn(usize) + Sync;
+
+struct Job {
+    /// The task body; valid while the caller waits in `parallel_for`.
+    f: *const Task,
+    tasks: usize,
+    generation: u64,
+}
+
+// SAFETY: the pointer is only dereferenced while the owning caller blocks on completion.
+unsafe impl Send for Job {}
+
+struct Pool {
+    job: Mutex<Option<Job>>,
+    wake: Condvar,
+    /// The job's generation (high 32 bits) and the next unclaimed task (low 32 bits): a worker
+    /// still finishing an older job can never claim a task of the current one.
+    next: AtomicU64,
+    done: AtomicUsize,
+    finished: Mutex<u64>,
+    finished_cv: Condvar,
+    turn: Mutex<u64>,
+    panicked: AtomicUsize,
+}
+
+static POOL: OnceLock<&'static Pool> = OnceLock::new();
+
+thread_local! {
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+fn pool() -> &'static Pool {
+    POOL.get_or_init(|| {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            job: Mutex::new(None),
+            wake: Condvar::new(),
+            next: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            finished: Mutex::new(0),
+            finished_cv: Condvar::new(),
+            turn: Mutex::new(0),
+            panicked: AtomicUsize::new(0),
+        }));
+        for i in 1..num_threads() {
+            let spawned = std::thread::Builder::new().name(format!("rlx-cpu-{i}")).spawn(move || worker(pool));
+            if spawned.is_err() {
+                break;
+            }
+        }
+        pool
+    })
+}
+
+/// Claims and runs tasks of the current job until none are left.
+fn run_tasks(p: &Pool, f: *const Task, tasks: usize, generation: u64) {
+    let tag = (generation & 0xffff_ffff) << 32;
+    loop {
+        let v = p.next.load(Ordering::Acquire);
+        let t = (v & 0xffff_ffff) as usize;
+        if v & !0xffff_ffff != tag || t >= tasks {
+            return;
+        }
+        if p.next.compare_exchange_weak(v, v + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            continue;
+        }
+        // SAFETY: the caller of `parallel_for` keeps `f` alive until every task is done.
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*f)(t) })).is_ok();
+        if !ok {
+            p.panicked.fetch_add(1, Ordering::AcqRel);
+        }
+        if p.done.fetch_add(1, Ordering::AcqRel) + 1 == tasks {
+            let mut fin = p.finished.lock().unwrap_or_else(|e| e.into_inner());
+            *fin = generation;
+            p.finished_cv.notify_all();
+        }
+    }
+}
+
+fn worker(p: &'static Pool) {
+    IN_POOL.with(|c| c.set(true));
+    let mut seen = 0u64;
+    loop {
+        let (f, tasks, generation) = {
+            let mut job = p.job.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                match &*job {
+                    Some(j) if j.generation != seen => break (j.f, j.tasks, j.generation),
+                    _ => job = p.wake.wait(job).unwrap_or_else(|e| e.into_inner()),
+                }
+            }
+        };
+        seen = generation;
+        run_tasks(p, f, tasks, generation);
+    }
+}
+
+/// Starts the pool and lets every worker run once, so that later calls allocate nothing (a new
+/// thread allocates while it starts). Called when the CPU backend is created.
+pub fn start() {
+    let n = num_threads();
+    if n > 1 {
+        let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        // Each task waits briefly for the others, so that every worker takes one.
+        parallel_for(n, &|t| {
+            seen[t].store(1, Ordering::Release);
+            let start = std::time::Instant::now();
+            while seen.iter().any(|s| s.load(Ordering::Acquire) == 0) && start.elapsed().as_millis() < 50 {
+                std::hint::spin_loop();
+            }
+        });
+    }
+}
+
+/// Runs `f(task)` for every task in `0..tasks` on the shared pool and the calling thread.
+/// Nested calls from inside a task run inline.
+pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
+    if tasks <= 1 || num_threads() == 1 || IN_POOL.with(Cell::get) {
+        (0..tasks).for_each(f);
+        return;
+    }
+    let p = pool();
+    // One job at a time: concurrent callers wait for their turn.
+    let mut turn = p.turn.lock().unwrap_or_else(|e| e.into_inner());
+    *turn += 1;
+    let generation = *turn;
+    let task: &(dyn Fn(usize) + Sync + '_) = f;
+    // SAFETY: only the lifetime is erased; we block below until every task has finished.
+    let ptr: *const Task = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Task>(task) };
+    p.done.store(0, Ordering::Release);
+    p.next.store((generation & 0xffff_ffff) << 32, Ordering::Release);
+    p.panicked.store(0, Ordering::Release);
+    {
+        let mut job = p.job.lock().unwrap_or_else(|e| e.into_inner());
+        *job = Some(Job { f: ptr, tasks, generation });
+        p.wake.notify_all();
+    }
+    IN_POOL.with(|c| c.set(true));
+    run_tasks(p, ptr, tasks, generation);
+    IN_POOL.with(|c| c.set(false));
+    let mut fin = p.finished.lock().unwrap_or_else(|e| e.into_inner());
+    while *fin != generation {
+        fin = p.finished_cv.wait(fin).unwrap_or_else(|e| e.into_inner());
+    }
+    drop(fin);
+    drop(turn);
+    assert_eq!(p.panicked.load(Ordering::Acquire), 0, "a parallel CPU task panicked");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_even_from_several_callers() {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for round in 0..50 {
+                        let hits: Vec<AtomicUsize> = (0..7).map(|_| AtomicUsize::new(0)).collect();
+                        parallel_for(7, &|t| {
+                            hits[t].fetch_add(round + 1, Ordering::Relaxed);
+                        });
+                        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == round + 1));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+    }
+
+    #[test]
+    fn concurrent_starts_and_back_to_back_jobs_do_not_hang() {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    start();
+                    for round in 0..2000 {
+                        let sum = AtomicUsize::new(0);
+                        parallel_for(2 + (round + i) % 3, &|t| {
+                            sum.fetch_add(t + 1, Ordering::Relaxed);
+                        });
+                        let n = 2 + (round + i) % 3;
+                        assert_eq!(sum.load(Ordering::Relaxed), n * (n + 1) / 2);
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+    }
+}

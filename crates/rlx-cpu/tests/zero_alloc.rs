@@ -1,0 +1,100 @@
+//! `run` on the CPU performs no heap allocation once compiled and warm: a counting allocator
+//! sees none on any thread, pool workers included.
+
+use rlx_driver::Backend;
+use rlx_ir::{DType, Graph, HostTensor, Shape};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// Counts allocations on every thread (pool workers included) while runs are measured. The file
+// holds a single #[test] so that no other test (or libtest's reporting) allocates meanwhile.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::SeqCst) {
+            ALLOCS.fetch_add(1, Ordering::SeqCst);
+        }
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Allocations on any thread during five runs after a warm-up run.
+fn allocs_during_run(g: &Graph, params: &[HostTensor], inputs: &[HostTensor]) -> usize {
+    let cpu = rlx_cpu::CpuBackend::new();
+    let (legal, _) = rlx_driver::legalize(g, &cpu).unwrap();
+    let mut exe = cpu.compile(&legal).unwrap();
+    for (i, p) in params.iter().enumerate() {
+        exe.set_param(i, &p.to_bytes()).unwrap();
+    }
+    let ins: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_bytes()).collect();
+    let in_refs: Vec<&[u8]> = ins.iter().map(|b| b.as_slice()).collect();
+    let mut outs: Vec<Vec<u8>> =
+        legal.outputs().iter().map(|&o| vec![0; legal.shape(o).unwrap().size_bytes().unwrap()]).collect();
+    let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    exe.run(&in_refs, &mut out_refs).unwrap();
+    let before = ALLOCS.load(Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        exe.run(&in_refs, &mut out_refs).unwrap();
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.load(Ordering::SeqCst) - before
+}
+
+fn elementwise_reduce_softmax_gather_topk() {
+    let mut g = Graph::new("no-alloc");
+    let x = g.input("x", Shape::new(&[4, 8], DType::F32));
+    let ids = g.input("ids", Shape::new(&[3], DType::I64));
+    let table = g.param("table", Shape::new(&[10, 8], DType::F32));
+    let e = g.gather(table, ids, 0);
+    let s = g.softmax(x, -1);
+    let m = g.mean(s, &[0], true);
+    let t = g.transpose(x, &[1, 0]);
+    let (v, _) = g.topk(x, 3);
+    let c = g.cumsum(x, 1);
+    let y = g.add(e, m);
+    g.set_outputs(vec![y, t, v, c]);
+    let table_v = HostTensor::from_f32(&[10, 8], &(0..80).map(|i| i as f32 * 0.1).collect::<Vec<_>>()).unwrap();
+    let x_v = HostTensor::from_f32(&[4, 8], &(0..32).map(|i| (i as f32).sin()).collect::<Vec<_>>()).unwrap();
+    let ids_v = HostTensor::from_i64(&[3], DType::I64, &[1, 9, 4]).unwrap();
+    assert_eq!(allocs_during_run(&g, &[table_v], &[x_v, ids_v]), 0);
+}
+
+fn small_matmul() {
+    let mut g = Graph::new("mm");
+    let a = g.input("a", Shape::new(&[2, 16, 32], DType::F32));
+    let b = g.param("b", Shape::new(&[32, 24], DType::F32));
+    let y = g.matmul(a, b);
+    g.set_outputs(vec![y]);
+    let b_v = HostTensor::from_f32(&[32, 24], &vec![0.5; 32 * 24]).unwrap();
+    let a_v = HostTensor::from_f32(&[2, 16, 32], &vec![0.25; 2 * 16 * 32]).unwrap();
+    assert_eq!(allocs_during_run(&g, &[b_v], &[a_v]), 0);
+}
+
+fn threaded_matmul() {
+    let mut g = Graph::new("mm-big");
+    let a = g.input("a", Shape::new(&[64, 256], DType::F32));
+    let b = g.param("b", Shape::new(&[256, 192], DType::F32));
+    let y = g.matmul(a, b);
+    g.set_outputs(vec![y]);
+    let b_v = HostTensor::from_f32(&[256, 192], &vec![0.5; 256 * 192]).unwrap();
+    let a_v = HostTensor::from_f32(&[64, 256], &vec![0.25; 64 * 256]).unwrap();
+    assert_eq!(allocs_during_run(&g, &[b_v], &[a_v]), 0);
+}
+
+#[test]
+fn warm_runs_allocate_nothing() {
+    elementwise_reduce_softmax_gather_topk();
+    small_matmul();
+    threaded_matmul();
+}

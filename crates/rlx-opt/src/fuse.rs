@@ -1,0 +1,353 @@
+//! Elementwise fusion: maximal single-use chains of elementwise ops (asked through op traits and
+//! the unary/binary families, never op names) become one `fused` node that backends run as one
+//! loop. Scalar constants are inlined into the program.
+
+use rlx_ir::ops::{Fused, FusedMatMul, Instr};
+use rlx_ir::shape::broadcast_dims;
+use rlx_ir::{Data, Graph, Node, NodeId, Op, OpTraits, Result, Shape};
+use std::collections::HashMap;
+use std::fmt;
+
+/// One fused region in the output graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FusedRegion {
+    /// The fused node in the output graph.
+    pub node: u32,
+    /// Elementwise ops it replaced.
+    pub ops: usize,
+    /// Its inputs (values read from memory).
+    pub inputs: usize,
+}
+
+/// What fused, and what could not and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FusionReport {
+    /// Regions created.
+    pub regions: Vec<FusedRegion>,
+    /// Matmuls that absorbed their elementwise consumer as an epilogue: (node, epilogue ops).
+    pub epilogues: Vec<(u32, usize)>,
+    /// Reasons a candidate stayed outside a region (one line each).
+    pub not_fused: Vec<String>,
+}
+
+impl fmt::Display for FusionReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ops: usize = self.regions.iter().map(|r| r.ops).sum();
+        writeln!(
+            f,
+            "fusion: {} regions covering {ops} elementwise ops (ids before epilogue fusion)",
+            self.regions.len()
+        )?;
+        for r in &self.regions {
+            writeln!(f, "  fused %{}: {} ops, {} inputs", r.node, r.ops, r.inputs)?;
+        }
+        for (n, ops) in &self.epilogues {
+            writeln!(f, "  fused_matmul %{n}: matmul + {ops} epilogue ops")?;
+        }
+        for s in &self.not_fused {
+            writeln!(f, "  not fused: {s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a node can join an elementwise region.
+fn candidate(n: &Node) -> bool {
+    let elementwise = n.op.def().traits().contains(OpTraits::ELEMENTWISE);
+    elementwise && matches!(n.op, Op::Unary(_) | Op::Binary(_) | Op::Fused(_)) && n.ty.dtype.is_float()
+}
+
+/// Compute instructions a member contributes.
+fn op_count(n: &Node) -> usize {
+    match &n.op {
+        Op::Fused(f) => f.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count(),
+        _ => 1,
+    }
+}
+
+/// The value of a one-element constant that broadcasts into `dims` without changing them.
+fn scalar_const(n: &Node, dims: &[rlx_ir::Dim]) -> Option<f64> {
+    let Op::Constant(c) = &n.op else { return None };
+    let Data::F(v) = &c.value.data else { return None };
+    let fits = broadcast_dims(&n.ty.dims, dims).ok().as_deref() == Some(dims);
+    (v.len() == 1 && fits).then(|| v[0])
+}
+
+struct Builder<'g> {
+    g: &'g Graph,
+    owner: &'g [Option<usize>],
+    root: usize,
+    inline_consts: bool,
+    program: Vec<Instr>,
+    ext: Vec<NodeId>,
+    memo: HashMap<usize, usize>,
+}
+
+impl Builder<'_> {
+    fn emit(&mut self, x: NodeId) -> usize {
+        if let Some(&k) = self.memo.get(&x.index()) {
+            return k;
+        }
+        let n = &self.g.nodes()[x.index()];
+        let k = if self.owner[x.index()] == Some(self.root) {
+            match &n.op {
+                Op::Unary(u) => {
+                    let a = self.emit(n.inputs[0]);
+                    self.push(Instr::Unary(u.kind, a))
+                }
+                Op::Binary(b) => {
+                    let (a, c) = (self.emit(n.inputs[0]), self.emit(n.inputs[1]));
+                    self.push(Instr::Binary(b.kind, a, c))
+                }
+                Op::Fused(f) => {
+                    let mut local = Vec::with_capacity(f.program.len());
+                    for ins in &f.program {
+                        let k = match *ins {
+                            Instr::Input(i) => self.emit(n.inputs[i]),
+                            Instr::Const(c) => self.push(Instr::Const(c)),
+                            Instr::Unary(u, a) => self.push(Instr::Unary(u, local[a])),
+                            Instr::Binary(b, a, c) => self.push(Instr::Binary(b, local[a], local[c])),
+                        };
+                        local.push(k);
+                    }
+                    *local.last().unwrap_or(&0)
+                }
+                _ => unreachable!("only candidates join a region"),
+            }
+        } else if let Some(v) =
+            self.inline_consts.then(|| scalar_const(n, &self.g.nodes()[self.root].ty.dims)).flatten()
+        {
+            self.push(Instr::Const(v))
+        } else {
+            let i = self.ext.len();
+            self.ext.push(x);
+            self.push(Instr::Input(i))
+        };
+        self.memo.insert(x.index(), k);
+        k
+    }
+
+    fn push(&mut self, i: Instr) -> usize {
+        self.program.push(i);
+        self.program.len() - 1
+    }
+}
+
+/// Fuses elementwise regions of `g`. `supports` says whether the backend runs a `fused` node
+/// with these input types natively; regions it would not run stay unfused.
+pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) -> Result<(Graph, FusionReport)> {
+    g.verify()?;
+    let nodes = g.nodes();
+    let n = nodes.len();
+    let mut uses = vec![0usize; n];
+    for nd in nodes {
+        for x in &nd.inputs {
+            uses[x.index()] += 1;
+        }
+    }
+    for o in g.outputs() {
+        uses[o.index()] += 1;
+    }
+    let mut report = FusionReport::default();
+    let mut owner: Vec<Option<usize>> = vec![None; n];
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for r in (0..n).rev() {
+        if !candidate(&nodes[r]) || owner[r].is_some() {
+            continue;
+        }
+        owner[r] = Some(r);
+        let mut list = vec![r];
+        let mut stack = vec![r];
+        while let Some(m) = stack.pop() {
+            for &p in &nodes[m].inputs {
+                let (pi, pn) = (p.index(), &nodes[p.index()]);
+                if !candidate(pn) || owner[pi].is_some() {
+                    continue;
+                }
+                if uses[pi] != 1 {
+                    report.not_fused.push(format!(
+                        "%{pi} ({}) has {} users: kept as a region input",
+                        pn.op.def().name(),
+                        uses[pi]
+                    ));
+                } else if pn.ty.dims != nodes[r].ty.dims {
+                    report.not_fused.push(format!(
+                        "%{pi} ({}) is {} but its region is {}: fusing would repeat it per broadcast element",
+                        pn.op.def().name(),
+                        pn.ty,
+                        nodes[r].ty
+                    ));
+                } else {
+                    owner[pi] = Some(r);
+                    list.push(pi);
+                    stack.push(pi);
+                }
+            }
+        }
+        members.insert(r, list);
+    }
+    // Build each region's program; dissolve those that would not help or the backend lacks.
+    let mut fused_at: HashMap<usize, (Fused, Vec<NodeId>)> = HashMap::new();
+    for (&r, list) in &members {
+        let ops: usize = list.iter().map(|&m| op_count(&nodes[m])).sum();
+        let already = list.len() == 1 && matches!(nodes[r].op, Op::Fused(_));
+        if ops < 2 || already {
+            continue;
+        }
+        let mut built = None;
+        for inline_consts in [true, false] {
+            let mut b = Builder {
+                g,
+                owner: &owner,
+                root: r,
+                inline_consts,
+                program: vec![],
+                ext: vec![],
+                memo: HashMap::new(),
+            };
+            b.emit(NodeId(r as u32));
+            let f = Fused { program: b.program };
+            let tys: Vec<&Shape> = b.ext.iter().map(|x| &nodes[x.index()].ty).collect();
+            if !tys.is_empty() && rlx_ir::OpDef::infer(&f, &tys).ok().as_ref() == Some(&nodes[r].ty) {
+                built = Some((f, b.ext));
+                break;
+            }
+        }
+        let Some((f, ext)) = built else {
+            report.not_fused.push(format!("%{r}: region type would change; left unfused"));
+            continue;
+        };
+        let tys: Vec<&Shape> = ext.iter().map(|x| &nodes[x.index()].ty).collect();
+        let probe = Node { op: Op::Fused(f.clone()), inputs: ext.clone(), ty: nodes[r].ty.clone() };
+        if !supports(&probe, &tys) {
+            report.not_fused.push(format!("%{r}: the backend has no fused kernel for {}", nodes[r].ty));
+            continue;
+        }
+        fused_at.insert(r, (f, ext));
+    }
+    let mut out = Graph::new(g.name());
+    let mut map = vec![NodeId(u32::MAX); n];
+    for (i, nd) in nodes.iter().enumerate() {
+        let root = owner[i];
+        if let Some(r) = root
+            && r != i
+            && fused_at.contains_key(&r)
+        {
+            continue;
+        }
+        if let Some((f, ext)) = fused_at.get(&i) {
+            let ins: Vec<NodeId> = ext.iter().map(|x| map[x.index()]).collect();
+            map[i] = out.try_add(f.clone(), &ins)?;
+            report.regions.push(FusedRegion {
+                node: map[i].0,
+                ops: members[&i].iter().map(|&m| op_count(&nodes[m])).sum(),
+                inputs: ins.len(),
+            });
+            continue;
+        }
+        let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
+        map[i] = out.try_add(nd.op.clone(), &ins)?;
+    }
+    out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
+    out.verify()?;
+    report.regions.sort_by_key(|r| r.node);
+    Ok((out, report))
+}
+
+/// The elementwise consumer of a matmul as a program over its inputs.
+fn as_program(n: &Node) -> Option<Vec<Instr>> {
+    Some(match &n.op {
+        Op::Fused(f) => f.program.clone(),
+        Op::Unary(u) => vec![Instr::Input(0), Instr::Unary(u.kind, 0)],
+        Op::Binary(b) => vec![Instr::Input(0), Instr::Input(1), Instr::Binary(b.kind, 0, 1)],
+        _ => return None,
+    })
+}
+
+/// Epilogue fusion: an elementwise node (or region) whose input is a single-use matmul of the
+/// same type becomes one `fused_matmul`: bias, activation and residual run over the matmul's
+/// output while it is hot, and the intermediate buffer disappears.
+pub fn fuse_matmul_epilogues(
+    g: &Graph,
+    supports: &dyn Fn(&Node, &[&Shape]) -> bool,
+    report: &mut FusionReport,
+) -> Result<Graph> {
+    let nodes = g.nodes();
+    let mut uses = vec![0usize; nodes.len()];
+    for nd in nodes {
+        for x in &nd.inputs {
+            uses[x.index()] += 1;
+        }
+    }
+    for o in g.outputs() {
+        uses[o.index()] += 1;
+    }
+    // consumer -> (matmul node, fused op)
+    let mut plan: HashMap<usize, (usize, FusedMatMul, Vec<NodeId>)> = HashMap::new();
+    let mut absorbed = vec![false; nodes.len()];
+    for (i, nd) in nodes.iter().enumerate() {
+        let Some(program) = as_program(nd).filter(|_| candidate(nd)) else { continue };
+        let Some(&m) = nd.inputs.iter().find(|x| {
+            let mn = &nodes[x.index()];
+            matches!(mn.op, Op::MatMul(_))
+                && uses[x.index()] == nd.inputs.iter().filter(|y| y == x).count()
+                && mn.ty == nd.ty
+        }) else {
+            continue;
+        };
+        let Op::MatMul(mm) = &nodes[m.index()].op else { continue };
+        // Input(0) is the matmul; the other inputs follow in order of first appearance.
+        let mut extras: Vec<NodeId> = vec![];
+        let remap: Vec<usize> = nd
+            .inputs
+            .iter()
+            .map(|&x| {
+                if x == m {
+                    0
+                } else if let Some(p) = extras.iter().position(|&e| e == x) {
+                    p + 1
+                } else {
+                    extras.push(x);
+                    extras.len()
+                }
+            })
+            .collect();
+        let program: Vec<Instr> = program
+            .into_iter()
+            .map(|ins| if let Instr::Input(k) = ins { Instr::Input(remap[k]) } else { ins })
+            .collect();
+        let op = FusedMatMul { matmul: mm.clone(), epilogue: Fused { program } };
+        let mut ins = nodes[m.index()].inputs.clone();
+        ins.extend(&extras);
+        let tys: Vec<&Shape> = ins.iter().map(|x| &nodes[x.index()].ty).collect();
+        if rlx_ir::OpDef::infer(&op, &tys).ok().as_ref() != Some(&nd.ty) {
+            continue;
+        }
+        let probe = Node { op: Op::FusedMatMul(op.clone()), inputs: ins.clone(), ty: nd.ty.clone() };
+        if !supports(&probe, &tys) {
+            report.not_fused.push(format!("%{i}: the backend has no fused_matmul kernel for {}", nd.ty));
+            continue;
+        }
+        absorbed[m.index()] = true;
+        plan.insert(i, (m.index(), op, ins));
+    }
+    let mut out = Graph::new(g.name());
+    let mut map = vec![NodeId(u32::MAX); nodes.len()];
+    for (i, nd) in nodes.iter().enumerate() {
+        if absorbed[i] {
+            continue;
+        }
+        if let Some((_, op, ins)) = plan.get(&i) {
+            let ins: Vec<NodeId> = ins.iter().map(|x| map[x.index()]).collect();
+            let ops = op.epilogue.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count();
+            map[i] = out.try_add(op.clone(), &ins)?;
+            report.epilogues.push((map[i].0, ops));
+            continue;
+        }
+        let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
+        map[i] = out.try_add(nd.op.clone(), &ins)?;
+    }
+    out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
+    out.verify()?;
+    Ok(out)
+}

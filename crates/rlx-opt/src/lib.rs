@@ -1,0 +1,33 @@
+//! rlx-opt: the RLX optimizer.
+//!
+//! One rewrite engine (`engine`: rewrite on insertion, hash-consing, repeat until nothing fires,
+//! dead-code elimination on emission) runs small declarative rule sets (`rules`): algebraic
+//! identities, constant folding through the reference interpreter, views, broadcasts and
+//! transposes folded into matmul. `fuse` builds elementwise regions, `memory` plans the arena, and
+//! `compile_pipeline` runs it all for a backend.
+//!
+//! ```
+//! use rlx_ir::{DType, Graph, Shape};
+//! let mut g = Graph::new("demo");
+//! let x = g.input("x", Shape::new(&[4], DType::F32));
+//! let one = g.scalar(1.0, DType::F32);
+//! let y = g.mul(x, one);
+//! let z = g.exp(y);
+//! g.set_outputs(vec![z]);
+//! let (opt, stats) = rlx_opt::rewrite(&g, rlx_opt::rules::SIMPLIFY).unwrap();
+//! assert_eq!(opt.len(), 2); // x, exp(x)
+//! assert_eq!(stats.fired["mul-one"], 1);
+//! ```
+#![warn(missing_docs)]
+
+pub mod engine;
+pub mod fuse;
+pub mod memory;
+pub mod pipeline;
+pub mod rules;
+pub mod zoo;
+
+pub use engine::{RewriteStats, Rewriter, Rule, RuleSet, rewrite};
+pub use fuse::{FusionReport, fuse_elementwise, fuse_matmul_epilogues};
+pub use memory::{MemoryPlan, Slot, SlotKind, plan};
+pub use pipeline::{CompileReport, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with};

@@ -1,0 +1,210 @@
+//! The memory plan: one arena, liveness intervals, best-fit reuse of freed blocks, in-place
+//! updates for ops whose input dies at them, and views that share their parent's buffer.
+
+use rlx_ir::{Error, Graph, Node, NodeId, Op, OpTraits, Result};
+use std::fmt;
+
+/// Every block starts on a 64-byte boundary.
+pub const ALIGN: usize = 64;
+
+fn align(n: usize) -> usize {
+    n.max(1).div_ceil(ALIGN) * ALIGN
+}
+
+/// How a node got its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A block of its own (possibly reused after an earlier value died).
+    Own,
+    /// Shares the buffer of this input, which dies here: the kernel updates it in place.
+    InPlace(NodeId),
+    /// A view (reshape-like) of this input: same bytes, no work at run time.
+    View(NodeId),
+    /// Params and constants: a block never reused, written outside `run`.
+    Permanent,
+}
+
+/// Where one node's value lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Byte offset in the arena (64-byte aligned).
+    pub offset: usize,
+    /// Size in bytes.
+    pub bytes: usize,
+    /// How it was placed.
+    pub kind: SlotKind,
+}
+
+/// The arena layout of a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// One slot per node.
+    pub slots: Vec<Slot>,
+    /// Arena size: the peak of the plan.
+    pub arena_bytes: usize,
+    /// Bytes with one aligned slot per node (no reuse): the naive sum.
+    pub naive_bytes: usize,
+}
+
+impl MemoryPlan {
+    /// Counts of in-place and view slots.
+    pub fn counts(&self) -> (usize, usize) {
+        let ip = self.slots.iter().filter(|s| matches!(s.kind, SlotKind::InPlace(_))).count();
+        let v = self.slots.iter().filter(|s| matches!(s.kind, SlotKind::View(_))).count();
+        (ip, v)
+    }
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (ip, v) = self.counts();
+        let pct = 100.0 * self.arena_bytes as f64 / self.naive_bytes.max(1) as f64;
+        write!(
+            f,
+            "memory plan: peak {} bytes vs naive {} bytes ({pct:.1}%), {ip} in place, {v} views",
+            self.arena_bytes, self.naive_bytes
+        )
+    }
+}
+
+/// The in-place rule the CPU backend uses: `fused` kernels read each chunk before writing it.
+pub fn fused_in_place(n: &Node) -> bool {
+    matches!(n.op, Op::Fused(_))
+}
+
+/// Free blocks, sorted by offset, coalesced; allocation is best fit.
+#[derive(Default)]
+struct FreeList {
+    blocks: Vec<(usize, usize)>,
+    top: usize,
+}
+
+impl FreeList {
+    fn alloc(&mut self, size: usize) -> usize {
+        let best = self.blocks.iter().enumerate().filter(|(_, b)| b.1 >= size).min_by_key(|(_, b)| b.1).map(|(i, _)| i);
+        if let Some(i) = best {
+            let (off, len) = self.blocks[i];
+            if len == size {
+                self.blocks.remove(i);
+            } else {
+                self.blocks[i] = (off + size, len - size);
+            }
+            return off;
+        }
+        // Grow the arena, starting inside a free block that ends at the top.
+        if let Some(&(off, len)) = self.blocks.last()
+            && off + len == self.top
+        {
+            self.blocks.pop();
+            self.top = off + size;
+            return off;
+        }
+        let off = self.top;
+        self.top += size;
+        off
+    }
+
+    fn free(&mut self, off: usize, size: usize) {
+        let i = self.blocks.partition_point(|b| b.0 < off);
+        self.blocks.insert(i, (off, size));
+        if i + 1 < self.blocks.len() && self.blocks[i].0 + self.blocks[i].1 == self.blocks[i + 1].0 {
+            self.blocks[i].1 += self.blocks[i + 1].1;
+            self.blocks.remove(i + 1);
+        }
+        if i > 0 && self.blocks[i - 1].0 + self.blocks[i - 1].1 == self.blocks[i].0 {
+            self.blocks[i - 1].1 += self.blocks[i].1;
+            self.blocks.remove(i);
+        }
+    }
+}
+
+/// Plans `g`'s arena. `in_place(node)` says whether the backend's kernel for the node may write
+/// over an input of the same type (it is asked only when such an input dies at the node).
+pub fn plan(g: &Graph, in_place: &dyn Fn(&Node) -> bool) -> Result<MemoryPlan> {
+    let nodes = g.nodes();
+    let n = nodes.len();
+    let mut bytes = Vec::with_capacity(n);
+    for (i, nd) in nodes.iter().enumerate() {
+        bytes.push(nd.ty.size_bytes().ok_or_else(|| Error::UnboundDim {
+            symbol: nd.ty.symbols().next().unwrap_or("?").into(),
+            context: format!("node %{i} ({}) in the memory plan", nd.op.def().name()),
+        })?);
+    }
+    // Buffer owner of each node: views share their input's buffer.
+    let mut root: Vec<usize> = (0..n).collect();
+    let is_view = |nd: &Node| {
+        nd.op.def().traits().contains(OpTraits::VIEW)
+            && nd.inputs.len() == 1
+            && nodes[nd.inputs[0].index()].ty.size_bytes() == nd.ty.size_bytes()
+    };
+    for (i, nd) in nodes.iter().enumerate() {
+        if is_view(nd) {
+            root[i] = root[nd.inputs[0].index()];
+        }
+    }
+    // Liveness: the last step reading any alias of a buffer; outputs live to the end.
+    let mut end = vec![0usize; n];
+    for (i, nd) in nodes.iter().enumerate() {
+        end[root[i]] = end[root[i]].max(i);
+        for x in &nd.inputs {
+            let r = root[x.index()];
+            end[r] = end[r].max(i);
+        }
+    }
+    for o in g.outputs() {
+        end[root[o.index()]] = usize::MAX;
+    }
+    let permanent = |nd: &Node| nd.inputs.is_empty() && !matches!(nd.op, Op::Input(_));
+    let mut free = FreeList::default();
+    let mut slots: Vec<Option<Slot>> = vec![None; n];
+    // Leaves first: inputs are written before the first step, params and constants outside run.
+    for (i, nd) in nodes.iter().enumerate() {
+        if nd.inputs.is_empty() {
+            let kind = if permanent(nd) { SlotKind::Permanent } else { SlotKind::Own };
+            slots[i] = Some(Slot { offset: free.alloc(align(bytes[i])), bytes: bytes[i], kind });
+        }
+    }
+    let mut dying: Vec<Vec<usize>> = vec![vec![]; n];
+    for i in 0..n {
+        if root[i] == i && end[i] != usize::MAX && !permanent(&nodes[i]) {
+            dying[end[i].min(n - 1)].push(i);
+        }
+    }
+    for (i, nd) in nodes.iter().enumerate() {
+        let mut taken = None;
+        if nd.inputs.is_empty() {
+        } else if root[i] != i {
+            let parent = slots[root[i]].expect("parents are placed first");
+            slots[i] = Some(Slot { offset: parent.offset, bytes: bytes[i], kind: SlotKind::View(nd.inputs[0]) });
+        } else {
+            let donor = nd.inputs.iter().find(|x| {
+                let (xi, r) = (x.index(), root[x.index()]);
+                end[r] == i
+                    && !permanent(&nodes[r])
+                    && nodes[xi].ty.dtype == nd.ty.dtype
+                    && nodes[xi].ty.numel() == nd.ty.numel()
+                    && align(bytes[r]) == align(bytes[i])
+            });
+            if let Some(&x) = donor
+                && in_place(nd)
+            {
+                let r = root[x.index()];
+                let s = slots[r].expect("inputs are placed first");
+                slots[i] = Some(Slot { offset: s.offset, bytes: bytes[i], kind: SlotKind::InPlace(x) });
+                taken = Some(r);
+            } else {
+                slots[i] = Some(Slot { offset: free.alloc(align(bytes[i])), bytes: bytes[i], kind: SlotKind::Own });
+            }
+        }
+        // Free what dies here (after placing the output, so it never overlaps a live input).
+        for &d in &dying[i] {
+            if Some(d) != taken {
+                let s = slots[d].expect("placed");
+                free.free(s.offset, align(bytes[d]));
+            }
+        }
+    }
+    let slots: Vec<Slot> = slots.into_iter().map(|s| s.expect("every node placed")).collect();
+    let naive_bytes = bytes.iter().map(|&b| align(b)).sum();
+    Ok(MemoryPlan { slots, arena_bytes: free.top, naive_bytes })
+}

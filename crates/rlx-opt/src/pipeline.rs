@@ -1,0 +1,205 @@
+//! The compile pipeline: simplify, legalize for the backend, simplify again, fuse, plan memory.
+//! `RLX_DUMP=dir` writes the graph text after every stage.
+
+use crate::engine::RuleSet;
+use crate::engine::{RewriteStats, rewrite};
+use crate::fuse::{FusionReport, fuse_elementwise, fuse_matmul_epilogues};
+use crate::memory::{MemoryPlan, fused_in_place, plan};
+use crate::rules::{MATMUL, SIMPLIFY};
+use rlx_driver::{Backend, DispatchReport, legalize};
+use rlx_ir::{Error, Graph, Result};
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which float precision the compiled graph computes in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PrecisionPolicy {
+    /// As built (no casts inserted).
+    #[default]
+    F32,
+    /// Matmuls and elementwise math in f16.
+    F16,
+    /// Matmuls and elementwise math in bf16.
+    BF16,
+    /// Matmuls and attention in a half type; reductions, norms and softmax in f32.
+    Auto,
+}
+
+/// Options of the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineOptions {
+    /// Float precision.
+    pub precision: PrecisionPolicy,
+    /// Run the rewrite rule sets.
+    pub simplify: bool,
+    /// Fuse elementwise regions.
+    pub fuse: bool,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions { precision: PrecisionPolicy::F32, simplify: true, fuse: true }
+    }
+}
+
+/// One stage: its name, node counts and what fired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageReport {
+    /// Stage name (`simplify`, `legalize`, `fuse`, ...).
+    pub name: &'static str,
+    /// Nodes before the stage.
+    pub nodes_before: usize,
+    /// Nodes after the stage.
+    pub nodes_after: usize,
+    /// Rules fired (rule name: count), for rewrite stages.
+    pub detail: String,
+}
+
+/// Everything the pipeline reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileReport {
+    /// Stages in order.
+    pub stages: Vec<StageReport>,
+    /// Per op: native / decomposed / missing.
+    pub dispatch: DispatchReport,
+    /// What fused.
+    pub fusion: FusionReport,
+    /// The memory plan of the final graph (with the CPU's in-place rule).
+    pub memory: MemoryPlan,
+}
+
+impl fmt::Display for CompileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "compile pipeline:")?;
+        for s in &self.stages {
+            writeln!(f, "  {:<12} {:>5} -> {:>5} nodes  {}", s.name, s.nodes_before, s.nodes_after, s.detail)?;
+        }
+        write!(f, "{}", self.fusion)?;
+        writeln!(f, "{}", self.memory)
+    }
+}
+
+fn stats_detail(s: &RewriteStats) -> String {
+    let mut parts: Vec<String> = s.fired.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    if s.cse_merged > 0 {
+        parts.push(format!("cse:{}", s.cse_merged));
+    }
+    parts.join(" ")
+}
+
+/// Writes stage graphs when `RLX_DUMP` names a directory.
+struct Dumper {
+    dir: Option<PathBuf>,
+    count: usize,
+}
+
+impl Dumper {
+    fn from_env() -> Self {
+        Dumper { dir: std::env::var_os("RLX_DUMP").filter(|d| !d.is_empty()).map(PathBuf::from), count: 0 }
+    }
+
+    fn dump(&mut self, stage: &str, g: &Graph) -> Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let fail = |e: std::io::Error| Error::eval("RLX_DUMP", format!("cannot write to {}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        let name: String =
+            g.name().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let path = dir.join(format!("{name}.{:02}.{stage}.rlx", self.count));
+        self.count += 1;
+        std::fs::write(&path, g.to_text()).map_err(fail)
+    }
+}
+
+/// Backends whose matmul kernel honors `transpose_a` / `transpose_b` (the table lookup cannot
+/// tell, since it keys on op kind and dtypes). A backend joins by honoring them and its name here.
+pub fn honors_matmul_flags(backend: &dyn Backend) -> bool {
+    matches!(backend.name(), "cpu")
+}
+
+/// Adds the decomposition counts of an earlier legalization to a later report.
+fn merge_decomposed(into: &mut DispatchReport, from: &DispatchReport) {
+    for (name, d) in &from.ops {
+        if d.decomposed > 0 {
+            into.ops.entry(name.clone()).or_default().decomposed += d.decomposed;
+        }
+    }
+}
+
+/// Compiles `g` for `backend` with the default options and `precision`.
+pub fn compile_pipeline(g: Graph, backend: &dyn Backend, precision: PrecisionPolicy) -> Result<(Graph, CompileReport)> {
+    compile_with(g, backend, PipelineOptions { precision, ..Default::default() })
+}
+
+/// The pipeline with explicit options. The result is verified, fully supported by `backend`
+/// (or an `Unsupported` error carrying the dispatch report), and planned.
+pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> Result<(Graph, CompileReport)> {
+    if opts.precision != PrecisionPolicy::F32 {
+        return Err(Error::Unsupported {
+            backend: backend.name().into(),
+            missing: format!("precision policy {:?} (only F32 is implemented in rlx-opt today)", opts.precision),
+            report: String::new(),
+        });
+    }
+    g.verify()?;
+    let mut dump = Dumper::from_env();
+    let mut stages = vec![];
+    dump.dump("input", &g)?;
+    let mut cur = g;
+    // Matmul transpose flags are folded only for backends whose matmul kernels read them.
+    let sets: Vec<RuleSet> =
+        SIMPLIFY.iter().copied().filter(|s| s.name != MATMUL.name || honors_matmul_flags(backend)).collect();
+    let simplify = |cur: &mut Graph, name: &'static str, stages: &mut Vec<StageReport>, dump: &mut Dumper| {
+        let (next, st) = rewrite(cur, &sets)?;
+        stages.push(StageReport {
+            name,
+            nodes_before: st.nodes_before,
+            nodes_after: st.nodes_after,
+            detail: stats_detail(&st),
+        });
+        dump.dump(name, &next)?;
+        *cur = next;
+        Ok::<(), Error>(())
+    };
+    if opts.simplify {
+        simplify(&mut cur, "simplify", &mut stages, &mut dump)?;
+    }
+    let before = cur.len();
+    let (legal, first) = legalize(&cur, backend)?;
+    let decomposed: usize = first.ops.values().map(|d| d.decomposed).sum();
+    stages.push(StageReport {
+        name: "legalize",
+        nodes_before: before,
+        nodes_after: legal.len(),
+        detail: format!("decomposed:{decomposed}"),
+    });
+    dump.dump("legalize", &legal)?;
+    cur = legal;
+    if opts.simplify {
+        simplify(&mut cur, "simplify-2", &mut stages, &mut dump)?;
+    }
+    let mut fusion = FusionReport::default();
+    if opts.fuse {
+        let before = cur.len();
+        let supports = |n: &rlx_ir::Node, ins: &[&rlx_ir::Shape]| backend.supports(n, ins);
+        let (fused, mut rep) = fuse_elementwise(&cur, &supports)?;
+        let fused = fuse_matmul_epilogues(&fused, &supports, &mut rep)?;
+        stages.push(StageReport {
+            name: "fuse",
+            nodes_before: before,
+            nodes_after: fused.len(),
+            detail: format!("regions:{} epilogues:{}", rep.regions.len(), rep.epilogues.len()),
+        });
+        dump.dump("fuse", &fused)?;
+        cur = fused;
+        fusion = rep;
+    }
+    // The final graph must be fully native; this also gives the per-op counts.
+    let (last, mut dispatch) = legalize(&cur, backend)?;
+    if last.len() != cur.len() {
+        return Err(Error::eval("compile_pipeline", "the optimized graph needed further decomposition"));
+    }
+    merge_decomposed(&mut dispatch, &first);
+    let memory = plan(&cur, &fused_in_place)?;
+    dump.dump("final", &cur)?;
+    Ok((cur, CompileReport { stages, dispatch, fusion, memory }))
+}

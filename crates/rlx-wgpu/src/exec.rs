@@ -1,0 +1,320 @@
+//! The wgpu executable: one device buffer per node, kept on the device between runs; params
+//! and constants uploaded once; each run is one submission that writes the inputs, runs every
+//! dispatch and copies the outputs (and the status words) into one readback buffer.
+//! Bools are stored as one u32 per element on the device and converted at the boundary.
+
+use crate::gpu::Gpu;
+use crate::kernels::{Bind, Ctx, Kernel, Plan};
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
+use std::sync::Arc;
+use wgpu::util::DeviceExt;
+
+/// Status words: [first failing node (u32::MAX when none), offending index low, high, unused].
+const STATUS_BYTES: u64 = 16;
+
+enum Step {
+    Dispatch { pipeline: Arc<wgpu::ComputePipeline>, bind: wgpu::BindGroup, groups: (u32, u32) },
+    Copy { src: usize, dst: usize, bytes: u64 },
+}
+
+/// A graph compiled for wgpu.
+pub struct WgpuExecutable {
+    gpu: Arc<Gpu>,
+    bufs: Vec<wgpu::Buffer>,
+    bytes: Vec<usize>,
+    is_bool: Vec<bool>,
+    steps: Vec<Step>,
+    inputs: Vec<usize>,
+    params: Vec<usize>,
+    outputs: Vec<usize>,
+    names: Vec<&'static str>,
+    status: wgpu::Buffer,
+    uses_status: bool,
+    readback: wgpu::Buffer,
+    read_offsets: Vec<u64>,
+    scratch: Vec<u8>,
+}
+
+fn pad4(n: usize) -> u64 {
+    (n.max(1).div_ceil(4) * 4) as u64
+}
+
+/// Device bytes of `host` bytes of `dtype` (bools widen to u32).
+fn device_bytes(dtype: DType, host: usize) -> u64 {
+    if dtype == DType::Bool { pad4(host * 4) } else { pad4(host) }
+}
+
+fn gpu_err(op: &str, e: impl std::fmt::Display) -> Error {
+    Error::eval(op, format!("wgpu: {e}"))
+}
+
+impl WgpuExecutable {
+    /// Builds buffers, pipelines and bind groups for a legalized graph.
+    pub fn new(gpu: Arc<Gpu>, g: &Graph, table: &KernelTable<Kernel>) -> Result<Self> {
+        let dev = &gpu.device;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let mut bufs = vec![];
+        let mut bytes = vec![];
+        let mut is_bool = vec![];
+        for (i, n) in g.nodes().iter().enumerate() {
+            let b = n.ty.size_bytes().ok_or_else(|| Error::UnboundDim {
+                symbol: n.ty.symbols().next().unwrap_or("?").into(),
+                context: format!("node %{i} ({}) at wgpu compile", n.op.def().name()),
+            })?;
+            let size = device_bytes(n.ty.dtype, b);
+            if size > gpu.limits.max_storage_buffer_binding_size {
+                return Err(Error::eval(
+                    n.op.def().name(),
+                    format!("node %{i} needs {b} bytes, over the adapter's storage binding limit"),
+                ));
+            }
+            bufs.push(dev.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size,
+                usage,
+                mapped_at_creation: false,
+            }));
+            bytes.push(b);
+            is_bool.push(n.ty.dtype == DType::Bool);
+        }
+        let status = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx status"),
+            size: STATUS_BYTES,
+            usage,
+            mapped_at_creation: false,
+        });
+        let (mut steps, mut inputs, mut params, mut uses_status) = (vec![], vec![], vec![], false);
+        let mut names = vec![];
+        for (i, n) in g.nodes().iter().enumerate() {
+            match &n.op {
+                Op::Input(_) => inputs.push(i),
+                Op::Param(_) => params.push(i),
+                op if n.inputs.is_empty() => {
+                    // Constants, full, arange: evaluated once here and uploaded.
+                    let v = op.def().reference(&[], &n.ty)?.to_bytes();
+                    let mut v = if is_bool[i] { widen_bools(&v) } else { v };
+                    v.resize(pad4(v.len()) as usize, 0);
+                    gpu.queue.write_buffer(&bufs[i], 0, &v);
+                }
+                op => {
+                    let ins: Vec<&Shape> = n.inputs.iter().map(|x| &g.nodes()[x.index()].ty).collect();
+                    let ctx = Ctx { op, ins: &ins, out: &n.ty, node: i as u32 };
+                    let node = Node { op: op.clone(), inputs: vec![], ty: n.ty.clone() };
+                    let k = table
+                        .lookup(&node, &ins)
+                        .filter(|e| (e.build.accepts)(&ctx))
+                        .ok_or_else(|| crate::kernels::unsupported(&ctx, "no kernel in the wgpu table"))?;
+                    match (k.build.build)(&ctx)? {
+                        Plan::Copy => {
+                            let src = n.inputs[0].index();
+                            steps.push(Step::Copy { src, dst: i, bytes: bufs[i].size() });
+                        }
+                        Plan::Dispatches(ds) => {
+                            for d in ds {
+                                let pipeline = gpu.pipeline(op.def().name(), &d.wgsl)?;
+                                let aux: Vec<Option<wgpu::Buffer>> = d
+                                    .binds
+                                    .iter()
+                                    .map(|b| match b {
+                                        Bind::Aux(words) => {
+                                            Some(dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                                                label: Some("rlx index map"),
+                                                contents: bytemuck::cast_slice(words),
+                                                usage: wgpu::BufferUsages::STORAGE,
+                                            }))
+                                        }
+                                        _ => None,
+                                    })
+                                    .collect();
+                                let entries: Vec<wgpu::BindGroupEntry> = d
+                                    .binds
+                                    .iter()
+                                    .zip(&aux)
+                                    .enumerate()
+                                    .map(|(k, (b, a))| {
+                                        let buf = match b {
+                                            Bind::Input(j) => &bufs[n.inputs[*j].index()],
+                                            Bind::Output => &bufs[i],
+                                            Bind::Aux(_) => a.as_ref().unwrap_or(&status),
+                                            Bind::Status => &status,
+                                        };
+                                        wgpu::BindGroupEntry { binding: k as u32, resource: buf.as_entire_binding() }
+                                    })
+                                    .collect();
+                                uses_status |= d.binds.iter().any(|b| matches!(b, Bind::Status));
+                                let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                                    label: Some(op.def().name()),
+                                    layout: &pipeline.get_bind_group_layout(0),
+                                    entries: &entries,
+                                });
+                                if d.groups == 0 {
+                                    continue;
+                                }
+                                let mx = gpu.max_groups();
+                                let groups = if d.groups <= mx { (d.groups, 1) } else { (mx, d.groups.div_ceil(mx)) };
+                                if groups.1 > mx {
+                                    return Err(Error::eval(
+                                        op.def().name(),
+                                        format!("node %{i}: too many workgroups"),
+                                    ));
+                                }
+                                steps.push(Step::Dispatch { pipeline, bind, groups });
+                                names.push(op.def().name());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let outputs: Vec<usize> = g.outputs().iter().map(|o| o.index()).collect();
+        let mut read_offsets = vec![];
+        let mut top = 0u64;
+        for &o in &outputs {
+            read_offsets.push(top);
+            top += bufs[o].size();
+        }
+        let readback = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx readback"),
+            size: top + STATUS_BYTES,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(gpu_err("compile", e));
+        }
+        let read_offsets_done = read_offsets;
+        Ok(WgpuExecutable {
+            gpu,
+            bufs,
+            bytes,
+            is_bool,
+            steps,
+            inputs,
+            params,
+            outputs,
+            names,
+            status,
+            uses_status,
+            readback,
+            read_offsets: read_offsets_done,
+            scratch: vec![],
+        })
+    }
+
+    fn upload(&mut self, node: usize, data: &[u8], what: &str) -> Result<()> {
+        let want = self.bytes[node];
+        if data.len() != want {
+            return Err(Error::eval(what, format!("needs {want} bytes, got {}", data.len())));
+        }
+        if self.is_bool[node] {
+            self.scratch.clear();
+            self.scratch.extend(data.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0]));
+            self.scratch.resize(self.bufs[node].size() as usize, 0);
+            self.gpu.queue.write_buffer(&self.bufs[node], 0, &self.scratch);
+        } else if data.len().is_multiple_of(4) && !data.is_empty() {
+            self.gpu.queue.write_buffer(&self.bufs[node], 0, data);
+        } else {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(data);
+            self.scratch.resize(pad4(data.len()) as usize, 0);
+            self.gpu.queue.write_buffer(&self.bufs[node], 0, &self.scratch);
+        }
+        Ok(())
+    }
+
+    /// Number of compute dispatches one run records.
+    pub fn dispatches(&self) -> usize {
+        self.names.len()
+    }
+}
+
+/// Bool bytes (0/1) as little-endian u32 words.
+fn widen_bools(v: &[u8]) -> Vec<u8> {
+    v.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0]).collect()
+}
+
+impl rlx_driver::Executable for WgpuExecutable {
+    fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
+        let node = *self.params.get(index).ok_or_else(|| Error::eval("set_param", format!("no param #{index}")))?;
+        self.upload(node, bytes, &format!("set_param #{index}"))
+    }
+
+    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(Error::eval("run", "wrong number of input or output buffers"));
+        }
+        for (k, data) in inputs.iter().enumerate() {
+            self.upload(self.inputs[k], data, &format!("input #{k}"))?;
+        }
+        for (k, dst) in outputs.iter().enumerate() {
+            let want = self.bytes[self.outputs[k]];
+            if dst.len() != want {
+                return Err(Error::eval("run", format!("output #{k} needs {want} bytes, got {}", dst.len())));
+            }
+        }
+        let (dev, queue) = (&self.gpu.device, &self.gpu.queue);
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        if self.uses_status {
+            queue.write_buffer(&self.status, 0, bytemuck::cast_slice(&[u32::MAX, 0, 0, 0]));
+        }
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rlx run") });
+        let mut i = 0;
+        while i < self.steps.len() {
+            match &self.steps[i] {
+                Step::Copy { src, dst, bytes } => {
+                    enc.copy_buffer_to_buffer(&self.bufs[*src], 0, &self.bufs[*dst], 0, *bytes);
+                    i += 1;
+                }
+                Step::Dispatch { .. } => {
+                    // Consecutive dispatches share one pass; wgpu orders their buffer accesses.
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    while let Some(Step::Dispatch { pipeline, bind, groups }) = self.steps.get(i) {
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, bind, &[]);
+                        pass.dispatch_workgroups(groups.0, groups.1, 1);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        for (k, &o) in self.outputs.iter().enumerate() {
+            enc.copy_buffer_to_buffer(&self.bufs[o], 0, &self.readback, self.read_offsets[k], self.bufs[o].size());
+        }
+        let status_at = self.readback.size() - STATUS_BYTES;
+        enc.copy_buffer_to_buffer(&self.status, 0, &self.readback, status_at, STATUS_BYTES);
+        queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.readback.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| gpu_err("run", e))?;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(gpu_err("run", e));
+        }
+        rx.recv().map_err(|e| gpu_err("run", e))?.map_err(|e| gpu_err("run", e))?;
+        let result = (|| -> Result<()> {
+            let view = self.readback.get_mapped_range(..).map_err(|e| gpu_err("run", e))?;
+            for (k, dst) in outputs.iter_mut().enumerate() {
+                let off = self.read_offsets[k] as usize;
+                if self.is_bool[self.outputs[k]] {
+                    dst.iter_mut().enumerate().for_each(|(e, d)| *d = view[off + 4 * e]);
+                } else {
+                    dst.copy_from_slice(&view[off..off + dst.len()]);
+                }
+            }
+            let st: &[u32] = bytemuck::cast_slice(&view[status_at as usize..]);
+            if self.uses_status && st[0] != u32::MAX {
+                let v = ((st[2] as u64) << 32 | st[1] as u64) as i64;
+                return Err(Error::eval(
+                    "gather",
+                    format!("node %{}: index {v} is out of range (checked on the device)", st[0]),
+                ));
+            }
+            Ok(())
+        })();
+        self.readback.unmap();
+        result
+    }
+}

@@ -1,0 +1,193 @@
+//! The wgpu kernel table. A kernel builder turns one node (op + static types) into a `Plan`:
+//! WGSL compute dispatches with their bindings, or a plain buffer copy.
+
+mod elementwise;
+mod indexing;
+mod logic;
+mod matmul;
+mod movement;
+mod reduce;
+
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Op, Result, Shape};
+
+/// Element dtypes every kernel computes in.
+pub const F32: &[DType] = &[DType::F32];
+/// f32 data with integer indices or positions (gather, rope).
+pub const F32_AND_INDEX: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32];
+
+/// What a kernel builder sees: the op, its static input and output types, and its node id.
+pub struct Ctx<'a> {
+    /// The op with its attributes.
+    pub op: &'a Op,
+    /// Input types.
+    pub ins: &'a [&'a Shape],
+    /// Output type.
+    pub out: &'a Shape,
+    /// Node id (for error messages raised on the device).
+    pub node: u32,
+}
+
+impl Ctx<'_> {
+    /// Static dims of input `i` (legalized graphs are static).
+    pub fn in_dims(&self, i: usize) -> Vec<usize> {
+        self.ins[i].fixed_dims().unwrap_or_default()
+    }
+    /// Static dims of the output.
+    pub fn out_dims(&self) -> Vec<usize> {
+        self.out.fixed_dims().unwrap_or_default()
+    }
+    /// Output element count.
+    pub fn out_numel(&self) -> usize {
+        self.out_dims().iter().product()
+    }
+    /// The op's name.
+    pub fn name(&self) -> &'static str {
+        self.op.def().name()
+    }
+}
+
+/// A buffer bound to a dispatch, in binding order.
+#[derive(Debug, Clone)]
+pub enum Bind {
+    /// The node's input `i` (read-only).
+    Input(usize),
+    /// The node's output (read-write).
+    Output,
+    /// Constant data made at compile time (index maps), uploaded once.
+    Aux(Vec<u32>),
+    /// The executable's status words (atomic): device-side errors such as bad indices.
+    Status,
+}
+
+/// One compute dispatch.
+pub struct Dispatch {
+    /// A complete WGSL module with entry point `main`.
+    pub wgsl: String,
+    /// Workgroups to launch (the executor splits them over x and y).
+    pub groups: u32,
+    /// Bindings 0.. of group 0.
+    pub binds: Vec<Bind>,
+}
+
+/// How a node runs.
+pub enum Plan {
+    /// Dispatches in order.
+    Dispatches(Vec<Dispatch>),
+    /// The output's bytes are input 0's bytes (reshape-like ops).
+    Copy,
+}
+
+/// A table entry: `accepts` refines the dtype check for ops with mixed dtypes.
+pub struct Kernel {
+    /// Builds the plan.
+    pub build: fn(&Ctx<'_>) -> Result<Plan>,
+    /// Whether the node fits this kernel beyond the table's dtype list.
+    pub accepts: fn(&Ctx<'_>) -> bool,
+}
+
+/// Accepts what the table's dtypes accept.
+pub fn any(_: &Ctx<'_>) -> bool {
+    true
+}
+
+/// The wgpu kernel table.
+pub fn table() -> KernelTable<Kernel> {
+    let mut t = KernelTable::new();
+    elementwise::register(&mut t);
+    reduce::register(&mut t);
+    matmul::register(&mut t);
+    indexing::register(&mut t);
+    logic::register(&mut t);
+    movement::register(&mut t);
+    t
+}
+
+/// Threads per workgroup of the one-thread-per-element kernels.
+pub const WG: u32 = 256;
+
+/// Workgroups for `n` threads of `WG`.
+pub fn groups_for(n: usize) -> u32 {
+    n.div_ceil(WG as usize) as u32
+}
+
+/// Storage buffer declarations: `(name, element type, writable)` at bindings 0...
+pub fn decls(bufs: &[(&str, &str, bool)]) -> String {
+    let mut s = String::new();
+    for (i, (name, ty, rw)) in bufs.iter().enumerate() {
+        let access = if *rw { "read_write" } else { "read" };
+        s += &format!("@group(0) @binding({i}) var<storage, {access}> {name}: array<{ty}>;\n");
+    }
+    s
+}
+
+/// A full module: declarations, the helper prelude and `main` with `g` (the linear workgroup
+/// index, uniform) and `lid` in scope; `main` returns early past `groups`.
+pub fn module(decls: &str, extra: &str, wg: u32, groups: u32, body: &str) -> String {
+    format!(
+        "{decls}{prelude}{extra}\n@compute @workgroup_size({wg})\n\
+         fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+         \x20       @builtin(local_invocation_id) lid3: vec3<u32>) {{\n\
+         let g = wid.x + wid.y * nwg.x;\n\
+         if (g >= {groups}u) {{ return; }}\n\
+         let lid = lid3.x;\n{body}\n}}\n",
+        prelude = crate::wexpr::PRELUDE
+    )
+}
+
+/// Row-major strides of `dims`.
+pub fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// WGSL computing `var {var}: u32` = the offset in a tensor with per-axis `strides` of the
+/// element whose coordinates over `dims` are those of the flat index `idx` (row-major).
+pub fn offset_code(var: &str, idx: &str, dims: &[usize], strides: &[usize]) -> String {
+    let mut s = format!("var {var}: u32 = 0u;\n{{ var rem: u32 = {idx};\n");
+    for (d, st) in dims.iter().zip(strides).rev() {
+        if *d == 1 {
+            continue;
+        }
+        if *st != 0 {
+            s += &format!("{var} += (rem % {d}u) * {st}u;\n");
+        }
+        s += &format!("rem = rem / {d}u;\n");
+    }
+    s += "}\n";
+    s
+}
+
+/// Strides for reading an input of dims `ind` broadcast to `od` (0 on broadcast axes).
+pub fn broadcast_strides(ind: &[usize], od: &[usize]) -> Vec<usize> {
+    let st = strides(ind);
+    let pad = od.len() - ind.len();
+    (0..od.len()).map(|k| if k < pad || ind[k - pad] == 1 { 0 } else { st[k - pad] }).collect()
+}
+
+/// The error for a type a builder reached but cannot handle.
+pub fn unsupported(ctx: &Ctx<'_>, why: &str) -> rlx_ir::Error {
+    let ins: Vec<String> = ctx.ins.iter().map(|s| s.to_string()).collect();
+    rlx_ir::Error::Unsupported {
+        backend: "wgpu".into(),
+        missing: format!("`{}` (node %{}) {} <- ({}): {why}", ctx.name(), ctx.node, ctx.out, ins.join(", ")),
+        report: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_offsets_skip_size_one_axes() {
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        let code = offset_code("o", "i", &[2, 3, 4], &[0, 1, 0]);
+        assert!(code.contains("o += (rem % 3u) * 1u;"), "{code}");
+        assert!(!code.contains("* 0u"), "{code}");
+    }
+}

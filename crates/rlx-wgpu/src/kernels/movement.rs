@@ -1,0 +1,76 @@
+//! Data movement (reshape, transpose, broadcast, slice, concat, ...): one kernel for every op
+//! with the DATA_MOVEMENT trait. As on the CPU, the index map comes from running the op's
+//! reference on tensors of element ids at compile time; it is uploaded once as a u32 buffer.
+
+use super::{Bind, Ctx, Dispatch, Kernel, Plan, WG, any, decls, groups_for, module};
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Data, Error, HostTensor, OpTraits, Result};
+
+/// Dtypes moved as whole device words: f32, the index types, and bool (one u32 each).
+const MOVABLE: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool];
+
+pub(super) fn register(t: &mut KernelTable<Kernel>) {
+    t.register_trait(OpTraits::DATA_MOVEMENT, MOVABLE, Kernel { build: movement, accepts: any });
+}
+
+/// For each output element, (input, element) it copies.
+fn index_map(ctx: &Ctx<'_>) -> Result<Vec<(usize, usize)>> {
+    let mut ids = vec![];
+    let mut starts = vec![];
+    let mut next = 0i64;
+    for s in ctx.ins {
+        let n = s.numel().unwrap_or(0) as i64;
+        starts.push(next);
+        ids.push(HostTensor::new(s.with_dtype(DType::I64), Data::I((next..next + n).collect()))?);
+        next += n;
+    }
+    let refs: Vec<&HostTensor> = ids.iter().collect();
+    let mapped = ctx.op.def().reference(&refs, &ctx.out.with_dtype(DType::I64))?;
+    let Data::I(src) = mapped.data else { return Err(Error::eval(ctx.name(), "index map is not integer")) };
+    Ok(src
+        .iter()
+        .map(|&id| {
+            let i = starts.partition_point(|&s| s <= id) - 1;
+            (i, (id - starts[i]) as usize)
+        })
+        .collect())
+}
+
+fn movement(ctx: &Ctx<'_>) -> Result<Plan> {
+    if !ctx.op.def().traits().contains(OpTraits::DATA_MOVEMENT) {
+        return Err(super::unsupported(ctx, "not a data-movement op"));
+    }
+    let map = index_map(ctx)?;
+    // Elements are copied as whole 32-bit words (i64 is two words, a bool one).
+    let w = ctx.out.dtype.size_bytes().div_ceil(4);
+    if ctx.ins.len() == 1
+        && map.len() == ctx.ins[0].numel().unwrap_or(0)
+        && map.iter().enumerate().all(|(j, &(_, e))| e == j)
+    {
+        return Ok(Plan::Copy);
+    }
+    let d = decls(&[("src", "u32", false), ("map", "u32", false), ("out", "u32", true)]);
+    let mut out = vec![];
+    for j in 0..ctx.ins.len() {
+        // Pairs (output element, input element) for input j.
+        let pairs: Vec<u32> = map
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| *i == j)
+            .flat_map(|(o, &(_, e))| [o as u32, e as u32])
+            .collect();
+        let n = pairs.len() / 2;
+        if n == 0 {
+            continue;
+        }
+        let body = format!(
+            "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
+             let o = map[2u * i] * {w}u;\nlet e = map[2u * i + 1u] * {w}u;\n\
+             for (var c: u32 = 0u; c < {w}u; c = c + 1u) {{ out[o + c] = src[e + c]; }}"
+        );
+        let groups = groups_for(n);
+        let wgsl = module(&d, "", WG, groups, &body);
+        out.push(Dispatch { wgsl, groups, binds: vec![Bind::Input(j), Bind::Aux(pairs), Bind::Output] });
+    }
+    Ok(Plan::Dispatches(out))
+}

@@ -1,0 +1,67 @@
+//! rlx-wgpu: the wgpu backend. Runs graphs on any Vulkan, Metal or DX12 GPU (and on Mesa's
+//! lavapipe, a Vulkan CPU device, in CI).
+//!
+//! A kernel table like the CPU's: elementwise ops and fused regions get WGSL generated from the
+//! ops' own scalar expressions (`wexpr`); matmul, reductions, softmax, norms, gather and rope
+//! have hand-written WGSL; data movement uses index maps derived from the ops' references.
+//! Everything computes in f32; composites without a kernel (attention, conv, pools, gelu...)
+//! run through their decompositions, and what is left is an `Unsupported` error with the
+//! dispatch report (no host fallback).
+#![warn(missing_docs)]
+
+pub mod exec;
+pub mod gpu;
+pub mod kernels;
+pub mod wexpr;
+
+use kernels::{Ctx, Kernel};
+use rlx_driver::{Backend, Executable, KernelTable};
+use rlx_ir::{Graph, Node, Result, Shape};
+
+/// The wgpu backend. Creating it is cheap; the device opens on first compile.
+pub struct WgpuBackend {
+    table: KernelTable<Kernel>,
+}
+
+impl Default for WgpuBackend {
+    fn default() -> Self {
+        WgpuBackend { table: kernels::table() }
+    }
+}
+
+impl WgpuBackend {
+    /// A backend with the full wgpu kernel table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a GPU adapter is usable here; the reason when it is not.
+    pub fn availability() -> std::result::Result<(), String> {
+        gpu::available()
+    }
+
+    /// The adapter in use (name, driver, backend), opening the device if needed.
+    pub fn adapter_info() -> Result<wgpu::AdapterInfo> {
+        Ok(gpu::gpu()?.info.clone())
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
+        // Leaves (constants, full, arange) are evaluated on the host at compile time.
+        if node.inputs.is_empty() {
+            return true;
+        }
+        let ctx = Ctx { op: &node.op, ins: inputs, out: &node.ty, node: 0 };
+        self.table.lookup(node, inputs).is_some_and(|e| (e.build.accepts)(&ctx))
+    }
+
+    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
+        let gpu = gpu::gpu()?;
+        Ok(Box::new(exec::WgpuExecutable::new(gpu, g, &self.table)?))
+    }
+}
