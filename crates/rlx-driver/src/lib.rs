@@ -7,10 +7,12 @@
 
 mod device;
 mod legalize;
+mod movement;
 mod table;
 
 pub use device::{Device, Probe};
 pub use legalize::{DispatchReport, OpDispatch, legalize};
+pub use movement::{is_identity_map, movement_index_map};
 pub use table::{KernelEntry, KernelTable};
 
 use rlx_ir::{Graph, Node, Result, Shape};

@@ -4,7 +4,7 @@
 
 use super::{Bind, Ctx, Dispatch, Kernel, Plan, WG, any, decls, groups_for, module};
 use rlx_driver::KernelTable;
-use rlx_ir::{DType, Data, Error, HostTensor, OpTraits, Result};
+use rlx_ir::{DType, OpTraits, Result};
 
 /// Dtypes moved as whole device words: f32, the index types, and bool (one u32 each).
 const MOVABLE: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool];
@@ -13,40 +13,14 @@ pub(super) fn register(t: &mut KernelTable<Kernel>) {
     t.register_trait(OpTraits::DATA_MOVEMENT, MOVABLE, Kernel { build: movement, accepts: any });
 }
 
-/// For each output element, (input, element) it copies.
-fn index_map(ctx: &Ctx<'_>) -> Result<Vec<(usize, usize)>> {
-    let mut ids = vec![];
-    let mut starts = vec![];
-    let mut next = 0i64;
-    for s in ctx.ins {
-        let n = s.numel().unwrap_or(0) as i64;
-        starts.push(next);
-        ids.push(HostTensor::new(s.with_dtype(DType::I64), Data::I((next..next + n).collect()))?);
-        next += n;
-    }
-    let refs: Vec<&HostTensor> = ids.iter().collect();
-    let mapped = ctx.op.def().reference(&refs, &ctx.out.with_dtype(DType::I64))?;
-    let Data::I(src) = mapped.data else { return Err(Error::eval(ctx.name(), "index map is not integer")) };
-    Ok(src
-        .iter()
-        .map(|&id| {
-            let i = starts.partition_point(|&s| s <= id) - 1;
-            (i, (id - starts[i]) as usize)
-        })
-        .collect())
-}
-
 fn movement(ctx: &Ctx<'_>) -> Result<Plan> {
     if !ctx.op.def().traits().contains(OpTraits::DATA_MOVEMENT) {
         return Err(super::unsupported(ctx, "not a data-movement op"));
     }
-    let map = index_map(ctx)?;
+    let map = rlx_driver::movement_index_map(ctx.op, ctx.ins, ctx.out)?;
     // Elements are copied as whole 32-bit words (i64 is two words, a bool one).
     let w = ctx.out.dtype.size_bytes().div_ceil(4);
-    if ctx.ins.len() == 1
-        && map.len() == ctx.ins[0].numel().unwrap_or(0)
-        && map.iter().enumerate().all(|(j, &(_, e))| e == j)
-    {
+    if rlx_driver::is_identity_map(&map, ctx.ins) {
         return Ok(Plan::Copy);
     }
     let d = decls(&[("src", "u32", false), ("map", "u32", false), ("out", "u32", true)]);
