@@ -35,8 +35,8 @@ enum Cmd {
         #[arg(required = true)]
         texts: Vec<String>,
     },
-    /// Inspect a file: `.safetensors` prints its metadata and tensor table; any other file is
-    /// read as a graph in the RLX text form (types and the device's dispatch report).
+    /// Inspect a file: `.gguf` and `.safetensors` print their metadata and tensor table; any other
+    /// file is read as a graph in the RLX text form (types and the device's dispatch report).
     Inspect {
         /// A `.safetensors` file or a graph in the RLX text form.
         file: PathBuf,
@@ -116,7 +116,10 @@ fn inspect_safetensors(out: &mut impl Write, file: &Path) -> Res {
 fn inspect(out: &mut impl Write, file: &Path, device: Device) -> Res {
     match file.extension().and_then(|e| e.to_str()) {
         Some("safetensors") => return inspect_safetensors(out, file),
-        Some("gguf") => return Err("GGUF inspection is not built yet (it arrives with the rlx-gguf crate)".into()),
+        Some("gguf") => {
+            write!(out, "{}", rlx_gguf::inspect_file(file).map_err(|e| format!("{}: {e}", file.display()))?)?;
+            return Ok(());
+        }
         _ => {}
     }
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;

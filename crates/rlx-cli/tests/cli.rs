@@ -1,4 +1,4 @@
-//! The `rlx` binary end to end: inspect of safetensors and text graphs, embed errors, and embed
+//! The `rlx` binary end to end: inspect of safetensors, GGUF and text graphs, embed errors, and embed
 //! on the tiny committed BERT model (tools/minilm_numpy.py --tiny writes it).
 
 use std::path::{Path, PathBuf};
@@ -70,4 +70,20 @@ fn embed_errors_name_the_problem() {
     assert!(text(&out.stderr).contains("unknown device `nope`"));
     let out = rlx(&["--threads", "0", "ops"]);
     assert!(text(&out.stderr).contains("--threads must be at least 1"));
+}
+
+#[test]
+fn inspect_reads_a_gguf_file_and_rejects_a_bad_one() {
+    let f = root().join("crates/rlx-gguf/tests/fixtures/dequant.gguf");
+    let out = rlx(&["inspect", f.to_str().unwrap()]);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(s.starts_with("GGUF v3") && s.contains("Q4_K.packed") && s.contains("general.architecture"), "{s}");
+
+    let p = std::env::temp_dir().join(format!("rlx-cli-{}.gguf", std::process::id()));
+    std::fs::write(&p, b"garbage!").unwrap();
+    let out = rlx(&["inspect", p.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("not a GGUF file"), "{}", text(&out.stderr));
+    std::fs::remove_file(&p).unwrap();
 }
