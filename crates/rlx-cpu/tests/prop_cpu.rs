@@ -56,33 +56,12 @@ fn inputs() -> impl Strategy<Value = Vec<(Vec<usize>, Vec<f32>)>> {
         picks
             .into_iter()
             .map(|(len, ones, vals)| {
-                let len = len.min(base.len());
-                let dims: Vec<usize> = base[base.len() - len..]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &d)| if ones >> i & 1 == 1 { 1 } else { d })
-                    .collect();
+                let dims = rlx_ir::testkit::broadcastable_suffix(&base, len, ones as u64);
                 let n = dims.iter().product();
                 (dims, vals[..n].to_vec())
             })
             .collect()
     })
-}
-
-fn factorize(numel: usize, rank: usize, deal: &[usize]) -> Vec<usize> {
-    let rank = if rank == 0 && numel != 1 { 1 } else { rank };
-    let mut out = vec![1; rank];
-    let (mut n, mut p, mut k) = (numel, 2, 0);
-    while n > 1 {
-        if n % p == 0 {
-            out[deal[k % deal.len()] % rank] *= p;
-            n /= p;
-            k += 1;
-        } else {
-            p += 1;
-        }
-    }
-    out
 }
 
 /// What is known of a node's values: they lie in `[lo, hi]`, within about `err` of exact.
@@ -275,7 +254,7 @@ fn apply(g: &mut Graph, rs: &mut Vec<Range>, s: &Step) {
         Step::Reshape(x, r, deal) => {
             let x = pick(*x);
             let numel = h.shape(x).and_then(Shape::numel).unwrap_or(1);
-            h.reshape(x, &factorize(numel, *r, deal));
+            h.reshape(x, &rlx_ir::testkit::factorize(numel, *r, deal));
         }
         Step::MatMul(a, b, self_t) => {
             let a = pick(*a);

@@ -2,7 +2,8 @@
 //! sees none on any thread, pool workers included.
 
 use rlx_driver::Backend;
-use rlx_ir::{DType, Graph, HostTensor, Shape};
+use rlx_ir::ops::quant::packed;
+use rlx_ir::{DType, Graph, HostTensor, QuantScheme, Shape};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -92,9 +93,26 @@ fn threaded_matmul() {
     assert_eq!(allocs_during_run(&g, &[b_v], &[a_v]), 0);
 }
 
+/// Quantized matmul (decode and prefill) and dequantize: the activation scratch is allocated
+/// when the kernel is built.
+fn quantized_matmul_and_dequantize() {
+    for (s, m, k) in [(QuantScheme::Q4_K, 1, 512), (QuantScheme::Q6_K, 7, 256), (QuantScheme::Q8_0, 5, 128)] {
+        let n = 100;
+        let mut g = Graph::new("q");
+        let x = g.input("x", Shape::new(&[m, k], DType::F32));
+        let w = g.param("w", Shape::new(&[n, s.row_bytes(k).unwrap()], DType::U8));
+        let y = g.qmatmul(x, w, s, k);
+        let d = g.dequantize(w, s, k);
+        g.set_outputs(vec![y, d]);
+        let x_v = HostTensor::from_f32(&[m, k], &vec![0.3; m * k]).unwrap();
+        assert_eq!(allocs_during_run(&g, &[packed(s, &[n], k, 1)], &[x_v]), 0, "{s} m={m}");
+    }
+}
+
 #[test]
 fn warm_runs_allocate_nothing() {
     elementwise_reduce_softmax_gather_topk();
     small_matmul();
     threaded_matmul();
+    quantized_matmul_and_dequantize();
 }

@@ -132,3 +132,28 @@ macro_rules! conformance_suite {
         }
     };
 }
+
+/// Dims of a factorization of `numel` into `rank` factors, the prime factors dealt to axes by
+/// `deal` (for property tests that need a random valid reshape target). `deal` must not be empty.
+pub fn factorize(numel: usize, rank: usize, deal: &[usize]) -> Vec<usize> {
+    let rank = if rank == 0 && numel != 1 { 1 } else { rank };
+    let mut out = vec![1; rank];
+    let (mut n, mut p, mut k) = (numel, 2, 0);
+    while n > 1 {
+        if n % p == 0 {
+            out[deal[k % deal.len()] % rank] *= p;
+            n /= p;
+            k += 1;
+        } else {
+            p += 1;
+        }
+    }
+    out
+}
+
+/// The last `len` dims of `base`, with axis i set to 1 where bit i of `ones` is set: shapes that
+/// broadcast against each other, for property tests.
+pub fn broadcastable_suffix(base: &[usize], len: usize, ones: u64) -> Vec<usize> {
+    let len = len.min(base.len());
+    base[base.len() - len..].iter().enumerate().map(|(i, &d)| if ones >> i & 1 == 1 { 1 } else { d }).collect()
+}

@@ -53,14 +53,8 @@ fn broadcast_pair() -> impl Strategy<Value = (Vec<usize>, Vec<usize>)> {
         prop::option::of((0usize..4, 1usize..=4)),
     )
         .prop_map(|(base, ones_a, ones_b, la, lb, perturb)| {
-            let side = |len: usize, ones: u64| -> Vec<usize> {
-                let len = len.min(base.len());
-                base[base.len() - len..]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &d)| if ones >> i & 1 == 1 { 1 } else { d })
-                    .collect()
-            };
+            let side =
+                |len: usize, ones: u64| -> Vec<usize> { rlx_ir::testkit::broadcastable_suffix(&base, len, ones) };
             let a = side(la, ones_a);
             let mut b = side(lb, ones_b);
             if let Some((i, v)) = perturb
@@ -96,24 +90,6 @@ fn floats(t: &HostTensor) -> Vec<f64> {
 /// Small integers as f64 values: sums are exact, so results compare with `==`.
 fn values(n: usize, seed: u64) -> Vec<f64> {
     (0..n as u64).map(|i| ((seed.wrapping_mul(31).wrapping_add(i * 7919)) % 17) as f64 - 8.0).collect()
-}
-
-/// Target dims of a random factorization of `numel` into `rank` factors (prime factors dealt to
-/// axes by `deal`).
-fn factorize(numel: usize, rank: usize, deal: &[usize]) -> Vec<usize> {
-    let rank = if rank == 0 && numel != 1 { 1 } else { rank };
-    let mut out = vec![1; rank];
-    let (mut n, mut p, mut k) = (numel, 2, 0);
-    while n > 1 {
-        if n % p == 0 {
-            out[deal[k % deal.len()] % rank] *= p;
-            n /= p;
-            k += 1;
-        } else {
-            p += 1;
-        }
-    }
-    out
 }
 
 proptest! {
@@ -296,7 +272,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let n: usize = dims.iter().product();
-        let target = factorize(n, rank, &deal);
+        let target = rlx_ir::testkit::factorize(n, rank, &deal);
         prop_assert_eq!(target.iter().product::<usize>(), n);
         let v = values(n, seed);
         let mut g = Graph::new("t");

@@ -52,33 +52,12 @@ fn inputs(dtypes: Vec<DType>) -> impl Strategy<Value = Vec<Shape>> {
             dts.iter()
                 .zip(&picks)
                 .map(|(&dt, &(len, ones))| {
-                    let len = len.min(base.len());
-                    let dims: Vec<usize> = base[base.len() - len..]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &d)| if ones >> i & 1 == 1 { 1 } else { d })
-                        .collect();
+                    let dims = rlx_ir::testkit::broadcastable_suffix(&base, len, ones as u64);
                     Shape::new(&dims, dt)
                 })
                 .collect()
         },
     )
-}
-
-fn factorize(numel: usize, rank: usize, deal: &[usize]) -> Vec<usize> {
-    let rank = if rank == 0 && numel != 1 { 1 } else { rank };
-    let mut out = vec![1; rank];
-    let (mut n, mut p, mut k) = (numel, 2, 0);
-    while n > 1 {
-        if n % p == 0 {
-            out[deal[k % deal.len()] % rank] *= p;
-            n /= p;
-            k += 1;
-        } else {
-            p += 1;
-        }
-    }
-    out
 }
 
 /// Applies one step to a copy of `g`; keeps the copy only when no error was recorded.
@@ -120,7 +99,7 @@ fn apply(g: &mut Graph, s: &Step) {
         Step::Reshape(x, r, deal) => {
             let x = pick(*x);
             let numel = ty(&h, x).numel().expect("static");
-            h.reshape(x, &factorize(numel, *r, deal));
+            h.reshape(x, &rlx_ir::testkit::factorize(numel, *r, deal));
         }
         Step::MatMul(a, b, self_t) => {
             let a = pick(*a);

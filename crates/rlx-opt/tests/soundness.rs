@@ -78,32 +78,11 @@ fn inputs() -> impl Strategy<Value = Vec<Shape>> {
             picks[..n]
                 .iter()
                 .map(|&(len, ones)| {
-                    let len = len.min(base.len());
-                    let dims: Vec<usize> = base[base.len() - len..]
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &d)| if ones >> i & 1 == 1 { 1 } else { d })
-                        .collect();
+                    let dims = rlx_ir::testkit::broadcastable_suffix(&base, len, ones as u64);
                     Shape::new(&dims, DType::F32)
                 })
                 .collect()
         })
-}
-
-fn factorize(numel: usize, rank: usize, deal: &[usize]) -> Vec<usize> {
-    let rank = if rank == 0 && numel != 1 { 1 } else { rank };
-    let mut out = vec![1; rank];
-    let (mut n, mut p, mut k) = (numel, 2, 0);
-    while n > 1 {
-        if n % p == 0 {
-            out[deal[k % deal.len()] % rank] *= p;
-            n /= p;
-            k += 1;
-        } else {
-            p += 1;
-        }
-    }
-    out
 }
 
 fn apply(g: &mut Graph, s: &Step) {
@@ -145,7 +124,7 @@ fn apply(g: &mut Graph, s: &Step) {
         Step::Reshape(x, r, deal) => {
             let x = pick(*x);
             let numel = h.shape(x).and_then(|s| s.numel()).unwrap_or(1);
-            h.reshape(x, &factorize(numel, *r, deal));
+            h.reshape(x, &rlx_ir::testkit::factorize(numel, *r, deal));
         }
         Step::ExpandDims(x, a) => {
             h.expand_dims(pick(*x), *a);

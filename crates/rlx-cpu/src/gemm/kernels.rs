@@ -118,55 +118,59 @@ mod x86 {
         }};
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn f32_6x16(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        rs: isize,
-        m: usize,
-        n: usize,
-        acc: bool,
-    ) {
-        let mut r = [[_mm256_setzero_ps(); 2]; 6];
-        for p in 0..kc {
-            let b0 = _mm256_loadu_ps(b.add(p * 16));
-            let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
-            let ap = a.add(p * 6);
-            for (i, row) in r.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(i));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+    /// A 6 x (2 * lanes) AVX2+FMA micro-kernel: 12 accumulator registers, B loaded once per k,
+    /// each A value broadcast once per k.
+    macro_rules! avx2_kernel {
+        ($name:ident, $t:ty, $lanes:expr, $zero:ident, $load:ident, $bcast:ident, $fma:ident, $store:ident, $add:ident) => {
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn $name(
+                kc: usize,
+                a: *const $t,
+                b: *const $t,
+                c: *mut $t,
+                rs: isize,
+                m: usize,
+                n: usize,
+                acc: bool,
+            ) {
+                const NR: usize = 2 * $lanes;
+                let mut r = [[$zero(); 2]; 6];
+                for p in 0..kc {
+                    let b0 = $load(b.add(p * NR));
+                    let b1 = $load(b.add(p * NR + $lanes));
+                    let ap = a.add(p * 6);
+                    for (i, row) in r.iter_mut().enumerate() {
+                        let av = $bcast(&*ap.add(i));
+                        row[0] = $fma(av, b0, row[0]);
+                        row[1] = $fma(av, b1, row[1]);
+                    }
+                }
+                store_tile!($t, $lanes, r, $store, $load, $add, c, rs, m, n, acc);
             }
-        }
-        store_tile!(f32, 8, r, _mm256_storeu_ps, _mm256_loadu_ps, _mm256_add_ps, c, rs, m, n, acc);
+        };
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn f64_6x8(
-        kc: usize,
-        a: *const f64,
-        b: *const f64,
-        c: *mut f64,
-        rs: isize,
-        m: usize,
-        n: usize,
-        acc: bool,
-    ) {
-        let mut r = [[_mm256_setzero_pd(); 2]; 6];
-        for p in 0..kc {
-            let b0 = _mm256_loadu_pd(b.add(p * 8));
-            let b1 = _mm256_loadu_pd(b.add(p * 8 + 4));
-            let ap = a.add(p * 6);
-            for (i, row) in r.iter_mut().enumerate() {
-                let av = _mm256_broadcast_sd(&*ap.add(i));
-                row[0] = _mm256_fmadd_pd(av, b0, row[0]);
-                row[1] = _mm256_fmadd_pd(av, b1, row[1]);
-            }
-        }
-        store_tile!(f64, 4, r, _mm256_storeu_pd, _mm256_loadu_pd, _mm256_add_pd, c, rs, m, n, acc);
-    }
+    avx2_kernel!(
+        f32_6x16,
+        f32,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_broadcast_ss,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps,
+        _mm256_add_ps
+    );
+    avx2_kernel!(
+        f64_6x8,
+        f64,
+        4,
+        _mm256_setzero_pd,
+        _mm256_loadu_pd,
+        _mm256_broadcast_sd,
+        _mm256_fmadd_pd,
+        _mm256_storeu_pd,
+        _mm256_add_pd
+    );
 }

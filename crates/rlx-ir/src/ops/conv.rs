@@ -148,17 +148,7 @@ impl OpDef for Conv2d {
         HostTensor::new(out.clone(), Data::F(out_v))
     }
     fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
-        // Fold the vmap axis into the op's own leading batch axis when only x is batched.
-        if batched[1..].iter().any(|&b| b) {
-            return None;
-        }
-        let rest = ins[1..].to_vec();
-        let op = self.clone();
-        crate::ops::rules::merged(g, &ins[..1], move |g, x| {
-            let mut all = vec![x[0]];
-            all.extend(rest);
-            g.add_node(op, &all)
-        })
+        crate::ops::rules::batch_first_input(self.clone(), g, ins, batched)
     }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {

@@ -231,6 +231,22 @@ pub fn merged(g: &mut Graph, xs: &[NodeId], f: impl FnOnce(&mut Graph, &[NodeId]
     Some(g.reshape(y, &od))
 }
 
+/// The batch rule of ops whose first input has a leading batch axis and whose other inputs are
+/// shared (conv2d, pools, rope): fold the vmap axis into that batch axis. None when another input
+/// is batched.
+pub fn batch_first_input(op: impl Into<crate::Op>, g: &mut Graph, ins: &[NodeId], batched: &[bool]) -> Option<NodeId> {
+    if batched[1..].iter().any(|&b| b) {
+        return None;
+    }
+    let rest = ins[1..].to_vec();
+    let op = op.into();
+    merged(g, &ins[..1], move |g, x| {
+        let mut all = vec![x[0]];
+        all.extend(rest);
+        g.add_node(op, &all)
+    })
+}
+
 /// Normalizes a possibly negative axis against a per-example rank and shifts it past the batch axis.
 pub fn shift_axis(axis: i64, rank: usize) -> i64 {
     let a = if axis < 0 { axis + rank as i64 } else { axis };
