@@ -1,6 +1,9 @@
 //! The `rlx` command line: `embed` sentences with a BERT-family model, `inspect` a graph or a
 //! safetensors file, list `ops`. Train, generate and bench arrive with their issues.
 
+mod generate;
+mod train;
+
 use clap::{Parser, Subcommand};
 use rlx::ir::{Graph, Op, OpDef};
 use rlx::prelude::*;
@@ -43,6 +46,12 @@ enum Cmd {
     },
     /// List every op with its traits and number of conformance samples.
     Ops,
+    /// Train a character-level GPT on a bundled public-domain text (or --text FILE): progress
+    /// bar, samples as it goes, loss curve PNG and a checkpoint that `rlx generate` samples.
+    Train(train::TrainArgs),
+    /// Generate text from a Qwen3 / Llama GGUF model (streamed; --json for one JSON object) or
+    /// from a char-GPT checkpoint written by `rlx train`.
+    Generate(generate::GenerateArgs),
 }
 
 fn parse_device(name: &str) -> Result<Device, String> {
@@ -83,6 +92,8 @@ fn run(cli: Cli) -> Res {
         Cmd::Embed { model, texts } => embed(out, &model, &texts, device),
         Cmd::Inspect { file } => inspect(out, &file, device),
         Cmd::Ops => ops(out),
+        Cmd::Train(args) => train::train(out, &args, device),
+        Cmd::Generate(args) => generate::generate(out, &args, device),
     }?;
     out.flush()?;
     Ok(())

@@ -1,6 +1,7 @@
 //! The CPU executable: one 64-byte-aligned arena with precomputed offsets, and a list of steps.
 
 use crate::kernels::{Kernel, KernelCtx};
+use rlx_driver::ParamUpdate;
 use rlx_ir::{Error, Graph, Op, Result, Shape};
 use rlx_opt::memory::{MemoryPlan, SlotKind};
 
@@ -69,6 +70,11 @@ impl Bufs<'_> {
         Bufs { base: self.base, ins: &self.ins[..n.min(self.ins.len())], out: self.out }
     }
 
+    /// Whether input `i` and the output are the same bytes (the plan made the step in place).
+    pub fn in_place(&self, i: usize) -> bool {
+        self.ins.get(i).is_some_and(|r| *r == self.out)
+    }
+
     /// Number of inputs.
     pub fn num_inputs(&self) -> usize {
         self.ins.len()
@@ -92,6 +98,11 @@ pub struct CpuExecutable {
     inputs: Vec<(usize, usize)>,
     params: Vec<(usize, usize)>,
     outputs: Vec<(usize, usize)>,
+    /// State updates `(value range, param range)` not already computed in place.
+    copies: Vec<((usize, usize), (usize, usize))>,
+    /// Updates whose value overlaps another update's param go through this buffer first.
+    staged: Vec<usize>,
+    staging: Vec<u8>,
 }
 
 // SAFETY: the raw pointers exist only during `run`, which takes `&mut self`.
@@ -105,8 +116,38 @@ impl CpuExecutable {
     /// Plans the arena with `rlx_opt::memory::plan` (liveness reuse, in place for `fused`,
     /// views share their parent) and builds a kernel per node. `build` picks the kernel.
     pub fn new(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
-        let plan = rlx_opt::memory::plan(g, &rlx_opt::memory::fused_in_place)?;
-        Self::with_plan(g, &plan, build)
+        Self::new_stateful(g, &[], build)
+    }
+
+    /// Like `new`, for a graph whose outputs include state updates: values computed in place
+    /// over their param cost nothing; the others are copied into the param after each run.
+    pub fn new_stateful(
+        g: &Graph,
+        updates: &[ParamUpdate],
+        build: impl Fn(&KernelCtx) -> Result<Kernel>,
+    ) -> Result<Self> {
+        let params = g.params();
+        let mut pairs = Vec::with_capacity(updates.len());
+        for u in updates {
+            match (params.get(u.param), g.outputs().get(u.output)) {
+                (Some(&(p, _)), Some(&v)) => pairs.push((p, v)),
+                _ => return Err(Error::eval("cpu compile", format!("bad param update {u:?}"))),
+            }
+        }
+        let plan = rlx_opt::memory::plan_with_updates(g, &rlx_opt::memory::fused_in_place, &pairs)?;
+        let mut exe = Self::with_plan(g, &plan, build)?;
+        let slot = |id: rlx_ir::NodeId| (plan.slots[id.index()].offset, plan.slots[id.index()].bytes);
+        let copies: Vec<_> =
+            pairs.iter().map(|&(p, v)| (slot(v), slot(p))).filter(|(src, dst)| src.0 != dst.0).collect();
+        let overlaps = |a: (usize, usize), b: (usize, usize)| a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+        exe.staged = (0..copies.len())
+            .filter(|&i| copies.iter().enumerate().any(|(j, c)| j != i && overlaps(copies[i].0, c.1)))
+            .collect();
+        exe.staging = vec![0; exe.staged.iter().map(|&i| copies[i].0.1).sum()];
+        exe.copies = copies;
+        let is_update: Vec<bool> = (0..g.outputs().len()).map(|o| updates.iter().any(|u| u.output == o)).collect();
+        exe.outputs = exe.outputs.iter().zip(&is_update).filter(|(_, u)| !**u).map(|(r, _)| *r).collect();
+        Ok(exe)
     }
 
     /// Builds with a given plan (one slot per node of `g`).
@@ -148,7 +189,7 @@ impl CpuExecutable {
             }
         }
         let outputs = g.outputs().iter().map(|o| slots[o.index()]).collect();
-        Ok(CpuExecutable { arena, steps, inputs, params, outputs })
+        Ok(CpuExecutable { arena, steps, inputs, params, outputs, copies: vec![], staged: vec![], staging: vec![] })
     }
 
     /// Arena size in bytes.
@@ -197,6 +238,47 @@ impl rlx_driver::Executable for CpuExecutable {
             // SAFETY: the slot lies inside the arena and has exactly `len` bytes.
             unsafe { std::ptr::copy_nonoverlapping(base.add(off), dst.as_mut_ptr(), len) };
         }
+        self.write_updates();
         Ok(())
+    }
+
+    fn get_param(&self, index: usize) -> Result<Vec<u8>> {
+        let (off, len) =
+            *self.params.get(index).ok_or_else(|| Error::eval("get_param", format!("no param #{index}")))?;
+        let bytes = bytemuck::cast_slice::<Line, u8>(&self.arena);
+        Ok(bytes[off..off + len].to_vec())
+    }
+}
+
+// SAFETY: a Line is 64 plain bytes.
+unsafe impl bytemuck::Zeroable for Line {}
+// SAFETY: as above; no padding, any bit pattern is valid.
+unsafe impl bytemuck::Pod for Line {}
+
+impl CpuExecutable {
+    /// Writes the state updates into their params: staged values first (they overlap another
+    /// update's param), then the direct copies, then the staged ones.
+    fn write_updates(&mut self) {
+        let base = self.base();
+        let mut at = 0;
+        for &i in &self.staged {
+            let ((src, len), _) = self.copies[i];
+            // SAFETY: the staging buffer holds the sum of the staged lengths; src lies in the arena.
+            unsafe { std::ptr::copy_nonoverlapping(base.add(src), self.staging.as_mut_ptr().add(at), len) };
+            at += len;
+        }
+        for (i, &((src, len), (dst, _))) in self.copies.iter().enumerate() {
+            if !self.staged.contains(&i) {
+                // SAFETY: both ranges lie in the arena; `copy` allows any overlap.
+                unsafe { std::ptr::copy(base.add(src), base.add(dst), len) };
+            }
+        }
+        at = 0;
+        for &i in &self.staged {
+            let ((_, len), (dst, _)) = self.copies[i];
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr().add(at), base.add(dst), len) };
+            at += len;
+        }
     }
 }

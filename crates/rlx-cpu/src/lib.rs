@@ -1,8 +1,9 @@
 //! rlx-cpu: the CPU backend. A kernel table over one arena planned at compile time; kernels are
 //! chosen at compile time and `run` performs no allocation.
 //!
-//! Composite ops without a native kernel here (softmax, norms, attention, ...) run through their
-//! decompositions (see `rlx_driver::legalize`).
+//! softmax, log_softmax, layer_norm, rms_norm, rope and attention have native kernels
+//! (`kernels/nn.rs`, `kernels/attention.rs`); other composites run through their decompositions
+//! (see `rlx_driver::legalize`). `RLX_PROFILE=1` times every kernel (`kernels::profile`).
 #![warn(missing_docs)]
 
 pub mod elem;
@@ -12,7 +13,7 @@ pub mod kernels;
 pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
-use rlx_driver::{Backend, Executable, KernelTable};
+use rlx_driver::{Backend, Executable, KernelTable, ParamUpdate};
 use rlx_ir::{Graph, Node, Result, Shape};
 
 /// The CPU backend.
@@ -44,11 +45,15 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
-        let exe = exec::CpuExecutable::new(g, |ctx: &KernelCtx<'_>| {
+        self.compile_stateful(g, &[])
+    }
+
+    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
+        let exe = exec::CpuExecutable::new_stateful(g, updates, |ctx: &KernelCtx<'_>| {
             let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
             let ins: Vec<&Shape> = ctx.ins.iter().collect();
             match self.table.lookup(&node, &ins) {
-                Some(e) => (e.build)(ctx),
+                Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
                 None => Err(kernels::unsupported(ctx)),
             }
         })?;

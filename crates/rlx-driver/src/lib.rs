@@ -27,6 +27,30 @@ pub trait Backend: Send + Sync {
 
     /// Compiles a graph that `legalize` has made fully supported.
     fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>>;
+
+    /// Compiles a graph whose trailing outputs are state updates (`Graph::lower_updates`): after
+    /// each run, output `u.output` is written into param `u.param`, and `run` returns only the
+    /// outputs that are not updates. Backends without state support say so.
+    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
+        if updates.is_empty() {
+            return self.compile(g);
+        }
+        Err(rlx_ir::Error::Unsupported {
+            backend: self.name().into(),
+            missing: "param updates (state kept across runs)".into(),
+            report: String::new(),
+        })
+    }
+}
+
+/// A state update of a compiled graph: after each run, param `param` (index in `Graph::params`
+/// order) takes the value of output `output` (index in `Graph::outputs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamUpdate {
+    /// Index of the param in graph order.
+    pub param: usize,
+    /// Index of the output holding its new value.
+    pub output: usize,
 }
 
 /// A compiled graph on one backend. Inputs and params arrive validated and in graph order.
@@ -37,6 +61,11 @@ pub trait Executable: Send {
     /// Runs with one byte slice per graph input (graph order), writing each output into the
     /// matching buffer (exact length). Performs no allocation on the CPU backend's hot path.
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()>;
+
+    /// Reads a param's current bytes (they change across runs when the graph updates it).
+    fn get_param(&self, index: usize) -> Result<Vec<u8>> {
+        Err(rlx_ir::Error::eval("get_param", format!("this backend cannot read back param #{index}")))
+    }
 }
 
 /// Legalizes, compiles and runs `g` once on `backend` with named host tensors (inputs and params).

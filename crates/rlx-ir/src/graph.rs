@@ -41,6 +41,9 @@ pub struct Graph {
     name: String,
     nodes: Vec<Node>,
     outputs: Vec<NodeId>,
+    /// State updates `(param, value)`: after every run the param holds the value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    updates: Vec<(NodeId, NodeId)>,
     #[serde(skip)]
     errors: Vec<Error>,
 }
@@ -48,7 +51,7 @@ pub struct Graph {
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Self {
-        Graph { name: name.into(), nodes: vec![], outputs: vec![], errors: vec![] }
+        Graph { name: name.into(), nodes: vec![], outputs: vec![], updates: vec![], errors: vec![] }
     }
 
     /// The graph's name.
@@ -100,6 +103,62 @@ impl Graph {
             }
         }
         self.outputs = outputs;
+    }
+
+    /// State updates `(param, value)` in the order they were declared.
+    pub fn updates(&self) -> &[(NodeId, NodeId)] {
+        &self.updates
+    }
+
+    /// After every run, `param` takes the value of `value` (same shape and dtype): optimizer
+    /// steps, KV caches, running statistics. Backends write the value into the param's storage
+    /// (in place where the plan allows); the value is not returned as an output.
+    pub fn update_param(&mut self, param: NodeId, value: NodeId) {
+        let dup = self.updates.iter().any(|(q, _)| *q == param);
+        if let Err(e) = self.check_update(param, value, dup) {
+            self.record(e);
+        }
+        self.updates.push((param, value));
+    }
+
+    fn check_update(&self, param: NodeId, value: NodeId, duplicate: bool) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidGraph { graph: self.name.clone(), reason };
+        let Some(p) = self.nodes.get(param.index()) else {
+            return Err(invalid(format!("update_param: param node {param} does not exist")));
+        };
+        let Op::Param(pp) = &p.op else {
+            return Err(invalid(format!("update_param: node {param} is a `{}`, not a param", p.op.def().name())));
+        };
+        let Some(v) = self.nodes.get(value.index()) else {
+            return Err(invalid(format!("update_param `{}`: value node {value} does not exist", pp.name)));
+        };
+        if v.ty != p.ty {
+            return Err(invalid(format!(
+                "update_param `{}`: the param is {} but the value {value} is {}",
+                pp.name, p.ty, v.ty
+            )));
+        }
+        if duplicate {
+            return Err(invalid(format!("update_param `{}`: the param already has an update", pp.name)));
+        }
+        Ok(())
+    }
+
+    /// Moves the state updates into the outputs: returns the graph with the update values
+    /// appended as outputs (and no updates), and `(param name, output index)` per update.
+    pub fn lower_updates(&self) -> (Graph, Vec<(String, usize)>) {
+        let mut g = self.clone();
+        let mut map = Vec::with_capacity(self.updates.len());
+        for &(p, v) in &self.updates {
+            let name = match self.nodes.get(p.index()).map(|n| &n.op) {
+                Some(Op::Param(pp)) => pp.name.clone(),
+                _ => continue,
+            };
+            map.push((name, g.outputs.len()));
+            g.outputs.push(v);
+        }
+        g.updates.clear();
+        (g, map)
     }
 
     /// Errors recorded while building, first first.
@@ -287,6 +346,15 @@ impl Graph {
                 return Err(invalid(format!("output {o} does not exist")));
             }
         }
+        self.verify_updates()
+    }
+
+    fn verify_updates(&self) -> Result<()> {
+        let mut seen = HashSet::new();
+        for &(p, v) in &self.updates {
+            let dup = !seen.insert(p);
+            self.check_update(p, v, dup)?;
+        }
         Ok(())
     }
 
@@ -315,6 +383,8 @@ impl Graph {
             g.try_add(op, &n.inputs)?;
         }
         g.outputs = self.outputs.clone();
+        g.updates = self.updates.clone();
+        g.verify_updates()?;
         Ok(g)
     }
 

@@ -47,6 +47,17 @@ impl Data {
         }
     }
 
+    /// Writes elements by index: `self[idx[i]] = vals[i]` (same variant; others are ignored).
+    pub fn scatter(&mut self, idx: &[usize], vals: &Data) {
+        match (self, vals) {
+            (Data::F(d), Data::F(v)) => idx.iter().zip(v).for_each(|(&i, &x)| d[i] = x),
+            (Data::I(d), Data::I(v)) => idx.iter().zip(v).for_each(|(&i, &x)| d[i] = x),
+            (Data::B(d), Data::B(v)) => idx.iter().zip(v).for_each(|(&i, &x)| d[i] = x),
+            (Data::C(d), Data::C(v)) => idx.iter().zip(v).for_each(|(&i, &x)| d[i] = x),
+            _ => {}
+        }
+    }
+
     /// Picks elements by index: `out[i] = self[idx[i]]`.
     pub fn gather(&self, idx: &[usize]) -> Data {
         match self {

@@ -70,6 +70,9 @@ impl Graph {
             let _ = writeln!(s, " : {}", n.ty);
         }
         let outs: Vec<String> = self.outputs().iter().map(|x| x.to_string()).collect();
+        for (p, v) in self.updates() {
+            let _ = writeln!(s, "  update {p} <- {v}");
+        }
         let _ = writeln!(s, "  return {}", outs.join(", "));
         s.push_str("}\n");
         s
@@ -98,6 +101,14 @@ impl Graph {
             }
             if line == "}" {
                 done = true;
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("update ") {
+                let (p, v) = rest.split_once("<-").ok_or_else(|| err(ln, "expected `update %p <- %v`".into()))?;
+                let get = |s: &str| {
+                    ids.get(s.trim()).copied().ok_or_else(|| err(ln, format!("unknown value `{}`", s.trim())))
+                };
+                g.update_param(get(p)?, get(v)?);
                 continue;
             }
             if let Some(rest) = line.strip_prefix("return") {

@@ -1,8 +1,12 @@
 //! rlx-models: models built as rlx graphs from their published weights.
 //!
-//! Today: the BERT family (MiniLM, BGE, ...) as sentence-transformers embedders, from
-//! memory-mapped safetensors (F32/F16/BF16) and a `tokenizer.json`. Nothing is downloaded:
-//! the caller gives a model directory.
+//! - The BERT family (MiniLM, BGE, ...) as sentence-transformers embedders, from memory-mapped
+//!   safetensors (F32/F16/BF16) and a `tokenizer.json`.
+//! - Qwen3 and Llama from GGUF files (`llm`): quantized weights stay packed (`qmatmul`), a KV
+//!   cache written in place, batched decode, sampling (`sampling`) and the tokenizer embedded
+//!   in the file (`gguf_tokenizer`).
+//!
+//! Nothing is downloaded: the caller gives a model directory or file.
 //!
 //! ```no_run
 //! use rlx_models::SentenceEmbedder;
@@ -13,14 +17,36 @@
 //! assert_eq!(e[0].len(), 384);
 //! # Ok::<(), rlx_ir::Error>(())
 //! ```
+//!
+//! ```no_run
+//! use rlx_models::{GenerateOptions, GgufTokenizer, LlmModel, SamplerConfig, generate};
+//! use rlx_driver::Device;
+//!
+//! let mut m = LlmModel::load("qwen3-0.6b-q4_k_m.gguf", Device::Cpu, 512)?;
+//! let tok = GgufTokenizer::from_gguf(m.weights().file().gguf(), "qwen3-0.6b-q4_k_m.gguf")?;
+//! let prompt = tok.encode("The capital of France is")?;
+//! let opts = GenerateOptions { max_tokens: 32, sampler: SamplerConfig::default(), stop_tokens: vec![] };
+//! let out = generate(&mut m, &prompt, &opts, |t| {
+//!     print!("{}", String::from_utf8_lossy(&tok.piece_bytes(t)));
+//!     true
+//! })?;
+//! println!("\n{:.1} tok/s", out.decode_tok_s());
+//! # Ok::<(), rlx_ir::Error>(())
+//! ```
 #![warn(missing_docs)]
 
 pub mod bert;
 pub mod embedder;
+pub mod gguf_tokenizer;
+pub mod llm;
 pub mod safetensors;
+pub mod sampling;
 pub mod tokenizer;
 
 pub use bert::{BertConfig, BertWeight, Pooling, SentenceOptions, bert_graph};
 pub use embedder::SentenceEmbedder;
+pub use gguf_tokenizer::GgufTokenizer;
+pub use llm::{GenerateOptions, GenerateStats, LlmConfig, LlmModel, generate, generate_batch};
 pub use safetensors::{SafetensorsFile, TensorEntry};
+pub use sampling::{Sampler, SamplerConfig};
 pub use tokenizer::{TextTokenizer, TokenBatch};

@@ -64,6 +64,19 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
     let (plain, _) = legalize(&g, &cpu)?;
     let plain_naive = plan(&plain, &|_| false)?.naive_bytes;
     let (opt, report) = compile_pipeline(g.clone(), &cpu, PrecisionPolicy::F32)?;
+    // Compile time: optimizer pipeline plus the CPU executable (kernels, arena), median of 5.
+    let mut compile_ms = vec![];
+    for _ in 0..5 {
+        let t = Instant::now();
+        let (o, _) = compile_pipeline(g.clone(), &cpu, PrecisionPolicy::F32)?;
+        let t_pipe = t.elapsed().as_secs_f64() * 1e3;
+        let _exe = cpu.compile(&o)?;
+        compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if std::env::var_os("RLX_COMPILE_SPLIT").is_some() {
+            println!("  pipeline {t_pipe:.1} ms, executable {:.1} ms", compile_ms.last().unwrap_or(&0.0) - t_pipe);
+        }
+    }
+    compile_ms.sort_by(f64::total_cmp);
     let mut a = cpu.compile(&plain)?;
     let mut b = cpu.compile(&opt)?;
     // Alternate the two so load changes hit both alike.
@@ -87,6 +100,7 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
         "  arena: {} bytes (one slot per node, unoptimized) -> {} bytes (planned, optimized; naive {} )",
         plain_naive, report.memory.arena_bytes, report.memory.naive_bytes
     );
+    println!("  compile (pipeline + cpu executable): median {:.1} ms", compile_ms[2]);
     println!("  fusion: {} regions, {} matmul epilogues", report.fusion.regions.len(), report.fusion.epilogues.len());
     println!(
         "  cpu median: {:.2} ms unoptimized, {:.2} ms optimized (ratio {:.2}x); max |diff| {diff:.2e}",

@@ -23,7 +23,10 @@
 pub mod engine;
 pub mod fuse;
 pub mod memory;
+pub mod patterns;
 pub mod pipeline;
+pub mod precision;
+pub mod quantize;
 pub mod rules;
 pub mod zoo;
 

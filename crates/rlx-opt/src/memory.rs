@@ -121,6 +121,30 @@ impl FreeList {
 /// Plans `g`'s arena. `in_place(node)` says whether the backend's kernel for the node may write
 /// over an input of the same type (it is asked only when such an input dies at the node).
 pub fn plan(g: &Graph, in_place: &dyn Fn(&Node) -> bool) -> Result<MemoryPlan> {
+    plan_with_updates(g, in_place, &[])
+}
+
+/// Whether node `v` may write its value straight into param `p`'s block: a
+/// `dynamic_update_slice` of `p` or a `fused` region reading `p` (both read what they overwrite
+/// first or never), and no later step reads the old value.
+fn writes_param_in_place(g: &Graph, v: usize, p: NodeId, last_read: usize) -> bool {
+    let nd = &g.nodes()[v];
+    let fits = match nd.op {
+        Op::DynamicUpdateSlice(_) => nd.inputs.first() == Some(&p),
+        Op::Fused(_) => nd.inputs.contains(&p),
+        _ => false,
+    };
+    fits && last_read == v && !g.outputs().contains(&p)
+}
+
+/// Like `plan`, for a graph whose outputs include state updates `(param, value)` (see
+/// `Graph::lower_updates`): a value that can be computed in place over its param gets the
+/// param's block (a KV cache written at one position, an optimizer step), so no copy is needed.
+pub fn plan_with_updates(
+    g: &Graph,
+    in_place: &dyn Fn(&Node) -> bool,
+    updates: &[(NodeId, NodeId)],
+) -> Result<MemoryPlan> {
     let nodes = g.nodes();
     let n = nodes.len();
     let mut bytes = Vec::with_capacity(n);
@@ -170,9 +194,19 @@ pub fn plan(g: &Graph, in_place: &dyn Fn(&Node) -> bool) -> Result<MemoryPlan> {
             dying[end[i].min(n - 1)].push(i);
         }
     }
+    let mut onto_param: Vec<Option<NodeId>> = vec![None; n];
+    for &(p, v) in updates {
+        let (pi, vi) = (p.index(), v.index());
+        if pi < n && vi < n && root[vi] == vi && onto_param[vi].is_none() && writes_param_in_place(g, vi, p, end[pi]) {
+            onto_param[vi] = Some(p);
+        }
+    }
     for (i, nd) in nodes.iter().enumerate() {
         let mut taken = None;
         if nd.inputs.is_empty() {
+        } else if let Some(p) = onto_param[i] {
+            let s = slots[p.index()].expect("params are placed first");
+            slots[i] = Some(Slot { offset: s.offset, bytes: bytes[i], kind: SlotKind::InPlace(p) });
         } else if root[i] != i {
             let parent = slots[root[i]].expect("parents are placed first");
             slots[i] = Some(Slot { offset: parent.offset, bytes: bytes[i], kind: SlotKind::View(nd.inputs[0]) });

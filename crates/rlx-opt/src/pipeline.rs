@@ -17,11 +17,12 @@ pub enum PrecisionPolicy {
     /// As built (no casts inserted).
     #[default]
     F32,
-    /// Matmuls and elementwise math in f16.
+    /// Contractions (matmul, attention, conv) and elementwise math in f16; reductions, norms
+    /// and softmax in f32 (see `precision`).
     F16,
-    /// Matmuls and elementwise math in bf16.
+    /// As `F16`, in bf16.
     BF16,
-    /// Matmuls and attention in a half type; reductions, norms and softmax in f32.
+    /// Contractions in bf16; everything else in f32.
     Auto,
 }
 
@@ -110,6 +111,17 @@ impl Dumper {
     }
 }
 
+/// Whether the backend runs f32 attention natively (then the attention pattern is worth forming).
+pub fn supports_attention(backend: &dyn Backend) -> bool {
+    let q = rlx_ir::Shape::new(&[1, 2, 4, 8], rlx_ir::DType::F32);
+    let node = rlx_ir::Node {
+        op: rlx_ir::ops::Attention { mask: rlx_ir::ops::MaskKind::None, scale: 1.0 }.into(),
+        inputs: vec![],
+        ty: q.clone(),
+    };
+    backend.supports(&node, &[&q, &q, &q])
+}
+
 /// Backends whose matmul kernel honors `transpose_a` / `transpose_b` (the table lookup cannot
 /// tell, since it keys on op kind and dtypes). A backend joins by honoring them and its name here.
 pub fn honors_matmul_flags(backend: &dyn Backend) -> bool {
@@ -133,18 +145,23 @@ pub fn compile_pipeline(g: Graph, backend: &dyn Backend, precision: PrecisionPol
 /// The pipeline with explicit options. The result is verified, fully supported by `backend`
 /// (or an `Unsupported` error carrying the dispatch report), and planned.
 pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> Result<(Graph, CompileReport)> {
-    if opts.precision != PrecisionPolicy::F32 {
-        return Err(Error::Unsupported {
-            backend: backend.name().into(),
-            missing: format!("precision policy {:?} (only F32 is implemented in rlx-opt today)", opts.precision),
-            report: String::new(),
-        });
-    }
     g.verify()?;
     let mut dump = Dumper::from_env();
     let mut stages = vec![];
     dump.dump("input", &g)?;
     let mut cur = g;
+    if opts.precision != PrecisionPolicy::F32 {
+        let before = cur.len();
+        let (next, st) = crate::precision::apply_precision(&cur, opts.precision)?;
+        stages.push(StageReport {
+            name: "precision",
+            nodes_before: before,
+            nodes_after: next.len(),
+            detail: format!("{:?} lowered:{} casts:{}", opts.precision, st.lowered, st.casts),
+        });
+        dump.dump("precision", &next)?;
+        cur = next;
+    }
     // Matmul transpose flags are folded only for backends whose matmul kernels read them.
     let sets: Vec<RuleSet> =
         SIMPLIFY.iter().copied().filter(|s| s.name != MATMUL.name || honors_matmul_flags(backend)).collect();
@@ -161,7 +178,22 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         Ok::<(), Error>(())
     };
     if opts.simplify {
-        simplify(&mut cur, "simplify", &mut stages, &mut dump)?;
+        if supports_attention(backend) {
+            // Named patterns only before legalize: a decomposed attention is never re-formed.
+            let mut with_patterns = sets.clone();
+            with_patterns.push(crate::patterns::ATTENTION);
+            let (next, st) = rewrite(&cur, &with_patterns)?;
+            stages.push(StageReport {
+                name: "simplify",
+                nodes_before: st.nodes_before,
+                nodes_after: st.nodes_after,
+                detail: stats_detail(&st),
+            });
+            dump.dump("simplify", &next)?;
+            cur = next;
+        } else {
+            simplify(&mut cur, "simplify", &mut stages, &mut dump)?;
+        }
     }
     let before = cur.len();
     let (legal, first) = legalize(&cur, backend)?;

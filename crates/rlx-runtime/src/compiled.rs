@@ -54,6 +54,18 @@ impl CompiledGraph {
         })
     }
 
+    /// A param's current value: what `set_param` stored, as changed by the graph's state updates
+    /// (`Graph::update_param`) in every run since. Errors if it was never set.
+    pub fn get_param(&self, name: &str) -> Result<HostTensor> {
+        let i = self.param_index(name)?;
+        if !self.param_set[i] {
+            let (name, shape) = &self.params[i];
+            return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
+        }
+        let bytes = self.exe.get_param(i)?;
+        HostTensor::from_bytes(self.params[i].1.clone(), &bytes)
+    }
+
     /// Sets a param from f32 values; they are converted to the param's dtype.
     pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<()> {
         let i = self.param_index(name)?;

@@ -9,14 +9,17 @@
 #![warn(missing_docs)]
 
 mod compiled;
+mod dynamic;
 
 pub use compiled::CompiledGraph;
+pub use dynamic::DynamicGraph;
 
 use rlx_driver::{Backend, Device, DispatchReport};
 use rlx_ir::{Error, Graph, Result};
 use std::sync::Arc;
 
 /// Compiles graphs for one device.
+#[derive(Clone)]
 pub struct Session {
     device: Device,
     opts: rlx_opt::PipelineOptions,
@@ -73,14 +76,24 @@ impl Session {
         if let Some((node, symbol)) = g.first_symbol() {
             return Err(Error::UnboundDim { symbol, context: format!("node {node} of graph `{}`", g.name()) });
         }
-        let (opt, report) = rlx_opt::compile_with(g.clone(), backend.as_ref(), self.opts)?;
+        // State updates travel as trailing outputs through the optimizer.
+        let (lowered, update_outputs) = g.lower_updates();
+        let (opt, report) = rlx_opt::compile_with(lowered, backend.as_ref(), self.opts)?;
         if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
             eprintln!("{}", report.dispatch);
         }
         if std::env::var("RLX_COMPILE_REPORT").is_ok_and(|v| v == "1") {
             eprintln!("{report}");
         }
-        let exe = backend.compile(&opt)?;
+        let params = g.params();
+        let updates: Vec<rlx_driver::ParamUpdate> = update_outputs
+            .iter()
+            .filter_map(|(name, output)| {
+                let param = params.iter().position(|(_, n)| n == name)?;
+                Some(rlx_driver::ParamUpdate { param, output: *output })
+            })
+            .collect();
+        let exe = backend.compile_stateful(&opt, &updates)?;
         Ok(CompiledGraph::new(&g, exe, report.dispatch))
     }
 

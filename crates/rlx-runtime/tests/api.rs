@@ -124,12 +124,15 @@ fn dynamic_dims_must_be_bound_before_compile() {
 #[test]
 fn unavailable_device_is_an_error_and_report_shows_decompositions() {
     assert!(matches!(Session::new(Device::Cuda).compile(mlp()), Err(Error::DeviceUnavailable { .. })));
-    let mut g = Graph::new("sm");
+    // fake_quant has no CPU kernel: it runs as its decomposition (div, round, clamp, mul).
+    let mut g = Graph::new("fq");
     let x = g.input("x", Shape::new(&[2, 3], DType::F32));
-    let y = g.softmax(x, -1);
+    let s = g.scalar(0.1, DType::F32);
+    let z = g.scalar(0.0, DType::F32);
+    let y = g.fake_quant(x, s, z, 8, true, None);
     g.set_outputs(vec![y]);
     let report = Session::new(Device::Cpu).dispatch_report(&g).unwrap();
-    assert_eq!(report.ops["softmax"].decomposed, 1);
-    assert!(report.ops["exp"].native >= 1);
-    assert!(report.to_string().contains("softmax"));
+    assert_eq!(report.ops["fake_quant"].decomposed, 1);
+    assert!(report.ops["round"].native >= 1);
+    assert!(report.to_string().contains("fake_quant"));
 }

@@ -34,6 +34,8 @@ pub struct WgpuExecutable {
     readback: wgpu::Buffer,
     read_offsets: Vec<u64>,
     scratch: Vec<u8>,
+    /// State updates `(value node, param node, staging buffer if the value is an updated param)`.
+    updates: Vec<(usize, usize, Option<wgpu::Buffer>)>,
 }
 
 fn pad4(n: usize) -> u64 {
@@ -200,7 +202,94 @@ impl WgpuExecutable {
             readback,
             read_offsets: read_offsets_done,
             scratch: vec![],
+            updates: vec![],
         })
+    }
+
+    /// Like `new`, for a graph whose trailing outputs are state updates: after each run the GPU
+    /// copies each value into its param's buffer (through a staging buffer when the value is
+    /// itself an updated param, as in a swap); `run` returns only the other outputs.
+    pub fn new_stateful(
+        gpu: Arc<Gpu>,
+        g: &Graph,
+        table: &KernelTable<Kernel>,
+        updates: &[rlx_driver::ParamUpdate],
+    ) -> Result<Self> {
+        let mut exe = Self::new(gpu, g, table)?;
+        let params = g.params();
+        let mut pairs = vec![];
+        for u in updates {
+            match (params.get(u.param), g.outputs().get(u.output)) {
+                (Some(&(p, _)), Some(&v)) => pairs.push((v.index(), p.index())),
+                _ => return Err(Error::eval("wgpu compile", format!("bad param update {u:?}"))),
+            }
+        }
+        let dev = &exe.gpu.device;
+        exe.updates = pairs
+            .iter()
+            .filter(|(v, p)| v != p)
+            .map(|&(v, p)| {
+                let staged = pairs.iter().any(|&(_, q)| q == v).then(|| {
+                    dev.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("rlx update staging"),
+                        size: exe.bufs[v].size(),
+                        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    })
+                });
+                (v, p, staged)
+            })
+            .collect();
+        let keep: Vec<usize> = (0..exe.outputs.len()).filter(|o| !updates.iter().any(|u| u.output == *o)).collect();
+        exe.read_offsets = keep.iter().map(|&k| exe.read_offsets[k]).collect();
+        exe.outputs = keep.iter().map(|&k| exe.outputs[k]).collect();
+        Ok(exe)
+    }
+
+    /// Records the state-update copies: staged values first, then direct copies, then staging.
+    fn record_updates(&self, enc: &mut wgpu::CommandEncoder) {
+        for (v, _, st) in &self.updates {
+            if let Some(st) = st {
+                enc.copy_buffer_to_buffer(&self.bufs[*v], 0, st, 0, st.size());
+            }
+        }
+        for (v, p, st) in &self.updates {
+            if st.is_none() {
+                enc.copy_buffer_to_buffer(&self.bufs[*v], 0, &self.bufs[*p], 0, self.bufs[*p].size());
+            }
+        }
+        for (_, p, st) in &self.updates {
+            if let Some(st) = st {
+                enc.copy_buffer_to_buffer(st, 0, &self.bufs[*p], 0, st.size());
+            }
+        }
+    }
+
+    /// Reads one node's buffer back to the host (bools narrowed to bytes).
+    fn read_node(&self, node: usize) -> Result<Vec<u8>> {
+        let (dev, queue) = (&self.gpu.device, &self.gpu.queue);
+        let size = self.bufs[node].size();
+        let rb = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx get_param"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("rlx read") });
+        enc.copy_buffer_to_buffer(&self.bufs[node], 0, &rb, 0, size);
+        queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        rb.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| gpu_err("get_param", e))?;
+        rx.recv().map_err(|e| gpu_err("get_param", e))?.map_err(|e| gpu_err("get_param", e))?;
+        let view = rb.get_mapped_range(..).map_err(|e| gpu_err("get_param", e))?;
+        let n = self.bytes[node];
+        let out = if self.is_bool[node] { (0..n).map(|e| view[4 * e]).collect() } else { view[..n].to_vec() };
+        drop(view);
+        rb.unmap();
+        Ok(out)
     }
 
     fn upload(&mut self, node: usize, data: &[u8], what: &str) -> Result<()> {
@@ -239,6 +328,11 @@ impl rlx_driver::Executable for WgpuExecutable {
     fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
         let node = *self.params.get(index).ok_or_else(|| Error::eval("set_param", format!("no param #{index}")))?;
         self.upload(node, bytes, &format!("set_param #{index}"))
+    }
+
+    fn get_param(&self, index: usize) -> Result<Vec<u8>> {
+        let node = *self.params.get(index).ok_or_else(|| Error::eval("get_param", format!("no param #{index}")))?;
+        self.read_node(node)
     }
 
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
@@ -282,6 +376,7 @@ impl rlx_driver::Executable for WgpuExecutable {
         for (k, &o) in self.outputs.iter().enumerate() {
             enc.copy_buffer_to_buffer(&self.bufs[o], 0, &self.readback, self.read_offsets[k], self.bufs[o].size());
         }
+        self.record_updates(&mut enc);
         let status_at = self.readback.size() - STATUS_BYTES;
         enc.copy_buffer_to_buffer(&self.status, 0, &self.readback, status_at, STATUS_BYTES);
         queue.submit([enc.finish()]);

@@ -64,4 +64,9 @@ impl Backend for WgpuBackend {
         let gpu = gpu::gpu()?;
         Ok(Box::new(exec::WgpuExecutable::new(gpu, g, &self.table)?))
     }
+
+    fn compile_stateful(&self, g: &Graph, updates: &[rlx_driver::ParamUpdate]) -> Result<Box<dyn Executable>> {
+        let gpu = gpu::gpu()?;
+        Ok(Box::new(exec::WgpuExecutable::new_stateful(gpu, g, &self.table, updates)?))
+    }
 }

@@ -32,6 +32,10 @@ enum Src {
     Same,
     /// One element, repeated.
     Splat,
+    /// The input is a suffix of the output's dims (a bias): element `i % n`.
+    Cycle(usize),
+    /// The input is a prefix of the output's dims, then ones (a per-row value): element `i / n`.
+    Repeat(usize),
     /// Broadcast: the input element of each output element.
     Map(Vec<u32>),
 }
@@ -39,9 +43,21 @@ enum Src {
 /// How program input `i` (of dims `d`) is read.
 fn src(od: &[usize], d: &[usize]) -> Src {
     let n: usize = od.iter().product();
-    match d.iter().product::<usize>() {
+    let c = d.iter().product::<usize>();
+    // Without leading ones, d lines up with the end of od.
+    let d = &d[d.iter().position(|&x| x != 1).unwrap_or(d.len())..];
+    let k = od.len().saturating_sub(d.len());
+    match c {
         c if c == n => Src::Same,
         1 => Src::Splat,
+        _ if d.len() <= od.len() && od[k..] == *d => Src::Cycle(c),
+        _ if d.len() <= od.len() && {
+            let lead = d.iter().rposition(|&x| x != 1).map_or(0, |p| p + 1);
+            od[k..k + lead] == d[..lead] && od[..k].iter().all(|&x| x == 1)
+        } =>
+        {
+            Src::Repeat(n / c)
+        }
         _ => Src::Map(broadcast_index_map(od, d).into_iter().map(|x| x as u32).collect()),
     }
 }
@@ -94,16 +110,39 @@ fn build<T: FloatElem>(program: Vec<Instr>, srcs: Vec<(Buf, Src)>, n: usize) -> 
                         (Buf::Out, _) => r.copy_from_slice(b.output_range::<T>(s, e)),
                         (Buf::In(i), Src::Same) => r.copy_from_slice(b.input_range::<T>(*i, s, e)),
                         (Buf::In(i), Src::Splat) => r.fill(b.input_range::<T>(*i, 0, 1)[0]),
+                        (Buf::In(i), Src::Cycle(c)) => {
+                            // Runs of consecutive input elements, wrapping at the input's end.
+                            let (x, mut p, mut done) = (b.input::<T>(*i), s % c, 0);
+                            while done < len {
+                                let take = (c - p).min(len - done);
+                                r[done..done + take].copy_from_slice(&x[p..p + take]);
+                                (done, p) = (done + take, 0);
+                            }
+                        }
+                        (Buf::In(i), Src::Repeat(c)) => {
+                            // Runs of one input element, each `c` output elements long.
+                            let (x, mut done) = (b.input::<T>(*i), 0);
+                            while done < len {
+                                let at = s + done;
+                                let take = (c - at % c).min(len - done);
+                                r[done..done + take].fill(x[at / c]);
+                                done += take;
+                            }
+                        }
                         (Buf::In(i), Src::Map(m)) => {
                             let x = b.input::<T>(*i);
                             r.iter_mut().zip(&m[s..e]).for_each(|(o, &j)| *o = x[j as usize]);
                         }
                     },
                     Instr::Const(_) => r.fill(consts[k]),
-                    Instr::Unary(u, a) => r.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x)),
-                    Instr::Binary(op, a, c) => {
+                    // f32 runs vectorized loops (vec32.rs); other dtypes evaluate the expression here.
+                    Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), r) => {
+                        r.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
+                    }
+                    Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), r) => {
                         r.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
                     }
+                    Instr::Unary(..) | Instr::Binary(..) => {}
                 }
             }
             b.output_range::<T>(s, e).copy_from_slice(&regs[last * CHUNK..last * CHUNK + len]);

@@ -5,6 +5,7 @@ use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
 use crate::{with_float, with_int};
 use rlx_driver::KernelTable;
+use rlx_ir::ops::dynamic::clamp_start;
 use rlx_ir::ops::topk::TopKOutput;
 use rlx_ir::shape::normalize_axis;
 use rlx_ir::{DType, Error, Op, OpKind, Result};
@@ -15,6 +16,54 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::ScatterAdd, NUMERIC, scatter_add);
     t.register(OpKind::Cumsum, NUMERIC, cumsum);
     t.register(OpKind::TopK, NUMERIC, top_k);
+    t.register(OpKind::DynamicSlice, ALL, dynamic_slice);
+    t.register(OpKind::DynamicUpdateSlice, ALL, dynamic_update_slice);
+}
+
+fn dynamic_slice(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::DynamicSlice(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let axis = axis_of(ctx, op.axis)?;
+    let (outer, len, inner) = around(&ctx.in_dims(0), axis);
+    let read = index_reader(ctx.ins[1].dtype).ok_or_else(|| unsupported(ctx))?;
+    let (size, es) = (op.size, ctx.out.dtype.size_bytes());
+    Ok(Box::new(move |b: &Bufs<'_>| {
+        let start = clamp_start(read(b.input_bytes(1), 0), len, size);
+        let (x, out) = (b.input_bytes(0), b.output_bytes());
+        let block = size * inner * es;
+        for o in 0..outer {
+            let src = (o * len + start) * inner * es;
+            out[o * block..(o + 1) * block].copy_from_slice(&x[src..src + block]);
+        }
+        Ok(())
+    }))
+}
+
+/// Writes the update rows into the output; when the plan put the output on the operand's bytes
+/// (a param updated in place, e.g. a KV cache), the operand is not copied first.
+fn dynamic_update_slice(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::DynamicUpdateSlice(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let axis = axis_of(ctx, op.axis)?;
+    let (outer, len, inner) = around(&ctx.in_dims(0), axis);
+    let ulen = ctx.in_dims(1)[axis];
+    let read = index_reader(ctx.ins[2].dtype).ok_or_else(|| unsupported(ctx))?;
+    let es = ctx.out.dtype.size_bytes();
+    Ok(Box::new(move |b: &Bufs<'_>| {
+        let start = clamp_start(read(b.input_bytes(2), 0), len, ulen);
+        if !b.in_place(0) {
+            let x = b.input_bytes(0).as_ptr();
+            let out = b.output_bytes();
+            // SAFETY: not in place, so the operand and output ranges are distinct and equal in size.
+            unsafe { std::ptr::copy_nonoverlapping(x, out.as_mut_ptr(), out.len()) };
+        }
+        let (u, block) = (b.input_bytes(1).as_ptr(), ulen * inner * es);
+        let out = b.output_bytes();
+        for o in 0..outer {
+            let dst = (o * len + start) * inner * es;
+            // SAFETY: the update is a different node, so its bytes never overlap the output.
+            unsafe { std::ptr::copy_nonoverlapping(u.add(o * block), out.as_mut_ptr().add(dst), block) };
+        }
+        Ok(())
+    }))
 }
 
 /// Splits dims around `axis` into (outer, axis length, inner).

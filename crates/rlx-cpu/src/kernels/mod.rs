@@ -1,12 +1,17 @@
 //! The CPU kernel table. Each file registers its kernels in `register`.
 
+mod attention;
 mod elementwise;
 mod fused;
 mod indexing;
+mod math;
 mod matmul;
 mod movement;
+mod nn;
+pub mod profile;
 mod quant;
 mod reduce;
+mod vec32;
 
 use crate::exec::Bufs;
 use rlx_driver::KernelTable;
@@ -81,6 +86,8 @@ pub fn table() -> KernelTable<KernelBuilder> {
     matmul::register(&mut t);
     movement::register(&mut t);
     quant::register(&mut t);
+    nn::register(&mut t);
+    attention::register(&mut t);
     t
 }
 

@@ -11,6 +11,8 @@ pub mod control;
 pub mod conv;
 pub mod cumsum;
 pub mod dims;
+pub mod dynamic;
+pub mod fake_quant;
 pub mod fused;
 pub mod gather;
 pub mod layout;
@@ -35,6 +37,8 @@ pub use control::{Cond, CustomFn, Scan, ScanOutput, WhileLoop};
 pub use conv::Conv2d;
 pub use cumsum::Cumsum;
 pub use dims::{BroadcastTo, ExpandDims, Squeeze};
+pub use dynamic::{DynamicSlice, DynamicUpdateSlice};
+pub use fake_quant::FakeQuant;
 pub use fused::{Fused, FusedMatMul, Instr};
 pub use gather::{Gather, ScatterAdd};
 pub use layout::{Reshape, Transpose};
@@ -118,6 +122,8 @@ define_ops! {
     Squeeze(Squeeze),
     Slice(Slice),
     Concat(Concat),
+    DynamicSlice(DynamicSlice),
+    DynamicUpdateSlice(DynamicUpdateSlice),
     Gather(Gather),
     ScatterAdd(ScatterAdd),
     Cumsum(Cumsum),
@@ -129,6 +135,7 @@ define_ops! {
     Conv2d(Conv2d),
     Dequantize(Dequantize),
     QMatMul(QMatMul),
+    FakeQuant(FakeQuant),
     MaxPool2d(MaxPool2d),
     AvgPool2d(AvgPool2d),
     Fused(Fused),

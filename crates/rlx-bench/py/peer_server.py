@@ -1,0 +1,131 @@
+# rlx-bench's Python peers, kept running so that rounds interleave with RLX: reads one command a
+# line on stdin and answers one JSON line. Commands:
+#   probe                      -> which peers import (numpy, jax, onnxruntime)
+#   matmul N REPS              -> numpy f32 n x n matmul, each rep's seconds
+#   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
+#   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
+import json, sys, time, math
+import numpy as np
+
+cache = {}
+
+
+def ids_for(dirname, b, s):
+    # The same token ids as rlx-bench: the sample sentence cut to s tokens, [SEP] kept last.
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(dirname + '/tokenizer.json')
+    text = "the quick brown fox jumps over the lazy dog while the compiler plans its arena " * 40
+    ids = tok.encode(text).ids
+    row = ids[:s]
+    row[-1] = ids[-1]
+    return np.array([row] * b, dtype=np.int32)
+
+
+def timed(f, reps):
+    f()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
+    return out
+
+
+def jax_minilm(dirname, b, s, reps):
+    import jax, jax.numpy as jnp
+    from jax.scipy.special import erf
+    from safetensors.numpy import load_file
+    key = ('jax', dirname, b, s)
+    if key not in cache:
+        cfg = json.load(open(dirname + '/config.json'))
+        H, NH, NL, EPS = cfg['hidden_size'], cfg['num_attention_heads'], cfg['num_hidden_layers'], cfg['layer_norm_eps']
+        hd = H // NH
+        P = {k: jnp.asarray(v) for k, v in load_file(dirname + '/model.safetensors').items() if v.dtype == np.float32}
+        pre0 = 'bert.' if any(k.startswith('bert.') for k in P) else ''
+
+        def ln(x, g, bb):
+            m = x.mean(-1, keepdims=True); v = ((x - m) ** 2).mean(-1, keepdims=True)
+            return (x - m) / jnp.sqrt(v + EPS) * g + bb
+
+        def fwd(P, ids, mask):
+            B, L = ids.shape
+            w = lambda n: P[pre0 + n]
+            lin = lambda x, p: x @ w(p + '.weight').T + w(p + '.bias')
+            heads = lambda t: t.reshape(B, L, NH, hd).transpose(0, 2, 1, 3)
+            x = w('embeddings.word_embeddings.weight')[ids] + w('embeddings.position_embeddings.weight')[:L][None] \
+                + w('embeddings.token_type_embeddings.weight')[0]
+            x = ln(x, w('embeddings.LayerNorm.weight'), w('embeddings.LayerNorm.bias'))
+            ext = (1.0 - mask[:, None, None, :].astype(jnp.float32)) * -1e9
+            for i in range(NL):
+                pre = f'encoder.layer.{i}.'
+                q, k, v = (heads(lin(x, pre + 'attention.self.' + n)) for n in ('query', 'key', 'value'))
+                sc = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + ext
+                p = jax.nn.softmax(sc, axis=-1)
+                c = (p @ v).transpose(0, 2, 1, 3).reshape(B, L, H)
+                x = ln(x + lin(c, pre + 'attention.output.dense'), w(pre + 'attention.output.LayerNorm.weight'),
+                       w(pre + 'attention.output.LayerNorm.bias'))
+                h = lin(x, pre + 'intermediate.dense'); h = 0.5 * h * (1 + erf(h / math.sqrt(2)))
+                x = ln(x + lin(h, pre + 'output.dense'), w(pre + 'output.LayerNorm.weight'), w(pre + 'output.LayerNorm.bias'))
+            m = mask[:, :, None].astype(jnp.float32)
+            e = (x * m).sum(1) / jnp.maximum(m.sum(1), 1e-9)
+            return e / jnp.maximum(jnp.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+        ids = jnp.asarray(ids_for(dirname, b, s))
+        mask = jnp.ones(ids.shape, jnp.int32)
+        jf = jax.jit(fwd)
+        t = time.perf_counter(); jf(P, ids, mask).block_until_ready(); first = time.perf_counter() - t
+        cache[key] = (jf, P, ids, mask, first)
+    jf, P, ids, mask, first = cache[key]
+    ts = timed(lambda: jf(P, ids, mask).block_until_ready(), reps)
+    return {'seconds': ts, 'first_call': first, 'embeddings': np.asarray(jf(P, ids, mask)).tolist()}
+
+
+def ort_minilm(path, dirname, b, s, reps):
+    import onnxruntime as ort
+    key = ('ort', path, b, s)
+    if key not in cache:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        sess = ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+        ids = ids_for(dirname, b, s).astype(np.int64)
+        feed = {'input_ids': ids, 'token_type_ids': np.zeros_like(ids), 'attention_mask': np.ones_like(ids)}
+        names = {i.name for i in sess.get_inputs()}
+        feed = {k: v for k, v in feed.items() if k in names}
+        cache[key] = (sess, feed)
+    sess, feed = cache[key]
+    return {'seconds': timed(lambda: sess.run(None, feed), reps)}
+
+
+def main():
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        try:
+            if cmd[0] == 'probe':
+                have = {}
+                for mod in ('numpy', 'jax', 'onnxruntime', 'tokenizers', 'safetensors'):
+                    try:
+                        m = __import__(mod); have[mod] = getattr(m, '__version__', '?')
+                    except Exception as e:
+                        have[mod] = None
+                out = have
+            elif cmd[0] == 'matmul':
+                n, reps = int(cmd[1]), int(cmd[2])
+                if ('mm', n) not in cache:
+                    rng = np.random.default_rng(0)
+                    cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
+                a, b = cache[('mm', n)]
+                out = {'seconds': timed(lambda: a @ b, reps)}
+            elif cmd[0] == 'jax_minilm':
+                out = jax_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))
+            elif cmd[0] == 'ort_minilm':
+                out = ort_minilm(cmd[1], cmd[2], int(cmd[3]), int(cmd[4]), int(cmd[5]))
+            else:
+                out = {'error': f'unknown command {cmd[0]}'}
+        except Exception as e:
+            out = {'error': f'{type(e).__name__}: {e}'}
+        sys.stdout.write(json.dumps(out) + '\n'); sys.stdout.flush()
+
+
+main()

@@ -1,0 +1,80 @@
+//! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
+//! medians), printed as Markdown tables with ratios.
+//!
+//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS]`;
+//! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
+
+mod candle_peer;
+mod matmul;
+mod minilm;
+mod ops;
+mod peers;
+mod probe;
+mod stats;
+
+use peers::PyPeers;
+
+fn header() {
+    println!("# rlx-bench");
+    println!(
+        "threads {} (RLX_NUM_THREADS / affinity), AVX2+FMA {}, load average {:.2} at start",
+        rlx_cpu::threads::num_threads(),
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"),
+        probe::load_avg()
+    );
+}
+
+fn python(need: bool) -> Option<PyPeers> {
+    if !need {
+        return None;
+    }
+    match PyPeers::start() {
+        Ok(p) => {
+            println!("python peers: {}", p.have);
+            Some(p)
+        }
+        Err(e) => {
+            println!("python peers skipped: {e}");
+            None
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let nums: Vec<usize> = args.iter().skip(1).filter_map(|s| s.parse().ok()).collect();
+    let rounds = std::env::var("RLX_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5usize).max(1);
+    let mm_sizes = |d: &[usize]| if nums.is_empty() { d.to_vec() } else { nums.clone() };
+    let r = match args.first().map(String::as_str) {
+        Some("all") => {
+            header();
+            let mut py = python(true);
+            minilm::compare(1, 128, rounds, &mut py)
+                .and_then(|_| minilm::compare(8, 128, rounds, &mut py))
+                .and_then(|_| matmul::run(&[256, 512, 1024, 2048, 4096], rounds, &mut py))
+        }
+        Some("matmul") => {
+            header();
+            matmul::run(&mm_sizes(&[256, 512, 1024, 2048, 4096]), rounds, &mut python(true))
+        }
+        Some("minilm") => {
+            header();
+            let mut py = python(true);
+            let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
+            batches.iter().try_for_each(|&b| minilm::compare(b, 128, rounds, &mut py))
+        }
+        Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
+        Some("ops") => ops::run(nums.first().copied().unwrap_or(20)),
+        Some("profile") => {
+            let n = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
+            minilm::profile(n(0, 1), n(1, 128), n(2, 20))
+        }
+        _ => {
+            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS]".into())
+        }
+    };
+    if let Err(e) = r {
+        eprintln!("rlx-bench: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,60 @@
+//! Square f32 matmul, n = 256 .. 4096: RLX's packed GEMM against candle and numpy, interleaved
+//! round by round; GFLOP/s from the median run of each.
+
+use crate::candle_peer::CandleMatmul;
+use crate::peers::PyPeers;
+use crate::probe::pingpong_ns;
+use crate::stats::{Timer, median};
+use rlx_cpu::gemm::{MatMut, MatRef, gemm};
+
+/// Runs per round for size `n` (fewer for the big ones).
+fn reps(n: usize) -> usize {
+    match n {
+        0..=512 => 20,
+        513..=1024 => 8,
+        1025..=2048 => 2,
+        _ => 1,
+    }
+}
+
+/// Prints one line per size: GFLOP/s of each and RLX over the best peer.
+pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
+    println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
+    println!("| n | RLX | candle | numpy | RLX / best peer | ping-pong ns |");
+    println!("|---|---|---|---|---|---|");
+    for &n in sizes {
+        let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
+        let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let mut c = vec![0f32; n * n];
+        let cm = CandleMatmul::new(n)?;
+        let (mut rlx, mut cand, mut np, mut pp) = (Timer::default(), Timer::default(), vec![], vec![]);
+        let r = reps(n);
+        let mut rlx_run = || {
+            let (av, bv) =
+                (MatRef { ptr: a.as_ptr(), rs: n as isize, cs: 1 }, MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
+            // SAFETY: the buffers hold n*n elements each and do not alias.
+            unsafe { gemm(n, n, n, av, bv, MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
+            Ok::<(), String>(())
+        };
+        rlx_run()?;
+        cm.run()?;
+        for _ in 0..rounds {
+            pp.push(pingpong_ns());
+            for _ in 0..r {
+                rlx.time(&mut rlx_run)?;
+            }
+            for _ in 0..r {
+                cand.time(|| cm.run())?;
+            }
+            if let Some(p) = py.as_mut().filter(|p| p.has("numpy")) {
+                np.extend(PyPeers::ms(&p.ask(&format!("matmul {n} {r}"))?));
+            }
+        }
+        let gf = |ms: f64| 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
+        let (g_rlx, g_c, g_np) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)));
+        let best = if g_np.is_nan() { g_c } else { g_c.max(g_np) };
+        let np_s = if g_np.is_nan() { "skipped".into() } else { format!("{g_np:.1}") };
+        println!("| {n} | {g_rlx:.1} | {g_c:.1} | {np_s} | {:.3}x | {:.0} |", g_rlx / best, median(&pp));
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! Python peers (numpy, JAX, ONNX Runtime) in one long-lived subprocess (`py/peer_server.py`),
+//! so that their runs interleave with RLX's in the same rounds.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// The Python interpreter: `RLX_PYTHON`, else `python3`.
+pub fn python() -> String {
+    std::env::var("RLX_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// The running peer server.
+pub struct PyPeers {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Module versions that import (None where missing).
+    pub have: Value,
+}
+
+impl PyPeers {
+    /// Starts the server; fails with the reason when Python or numpy is missing.
+    pub fn start() -> Result<Self, String> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/peer_server.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", python()))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut p = PyPeers { child, stdin, stdout, have: Value::Null };
+        p.have = p.ask("probe")?;
+        Ok(p)
+    }
+
+    /// Whether `module` imports in the server.
+    pub fn has(&self, module: &str) -> bool {
+        self.have.get(module).is_some_and(|v| !v.is_null())
+    }
+
+    /// Sends one command and reads its JSON answer (an `error` field becomes Err).
+    pub fn ask(&mut self, cmd: &str) -> Result<Value, String> {
+        writeln!(self.stdin, "{cmd}").map_err(|e| format!("peer server: {e}"))?;
+        self.stdin.flush().map_err(|e| format!("peer server: {e}"))?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| format!("peer server: {e}"))?;
+        if line.is_empty() {
+            return Err("the peer server exited".into());
+        }
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("peer server answer: {e}"))?;
+        match v.get("error") {
+            Some(e) => Err(e.as_str().unwrap_or("error").to_string()),
+            None => Ok(v),
+        }
+    }
+
+    /// The `seconds` list of an answer, in milliseconds.
+    pub fn ms(v: &Value) -> Vec<f64> {
+        v.get("seconds")
+            .and_then(Value::as_array)
+            .map_or(vec![], |a| a.iter().filter_map(Value::as_f64).map(|s| s * 1e3).collect())
+    }
+}
+
+impl Drop for PyPeers {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The ONNX file of MiniLM written by the peers' `build_onnx.py` (`RLX_PEERS_DIR`, default
+/// /work/shared/peers), built once into `$CARGO_TARGET_DIR/peers`; Err with the reason otherwise.
+pub fn onnx_model() -> Result<String, String> {
+    let peers = std::env::var("RLX_PEERS_DIR").unwrap_or_else(|_| "/work/shared/peers".into());
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let dir = std::path::Path::new(&target).join("peers");
+    let out = dir.join("bert_plain.onnx");
+    if out.exists() {
+        return Ok(out.display().to_string());
+    }
+    let script = std::path::Path::new(&peers).join("build_onnx.py");
+    if !script.exists() {
+        return Err(format!("{} not found (set RLX_PEERS_DIR)", script.display()));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let st = Command::new(python())
+        .arg(&script)
+        .current_dir(&dir)
+        .env("PYTHONPATH", &peers)
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !out.exists() {
+        return Err(format!("build_onnx.py did not write bert_plain.onnx ({st})"));
+    }
+    Ok(out.display().to_string())
+}

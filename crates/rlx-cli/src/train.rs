@@ -1,0 +1,357 @@
+//! `rlx train`: a character-level GPT on a bundled public-domain text (or any text file), with a
+//! progress bar, samples as it goes, a loss-curve PNG and a resumable safetensors checkpoint.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rlx::prelude::*;
+use rlx_nn::gpt::{self, CharGpt, GptConfig, SampleOptions};
+use rlx_nn::optim::Schedule;
+use rlx_nn::{Adam, ParamStore, Rng, TrainConfig, TrainStep};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Hamlet, Macbeth and Romeo and Juliet (public domain; made by tools/shakespeare_text.py).
+const BUNDLED: &str = include_str!("../../../data/shakespeare.txt");
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+/// Options of `rlx train`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// Training text (UTF-8); default: the bundled Shakespeare plays (404 KB).
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// Use only the first N characters of the text.
+    #[arg(long)]
+    pub max_chars: Option<usize>,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 600)]
+    pub steps: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Context length.
+    #[arg(long, default_value_t = 64)]
+    pub ctx: usize,
+    /// Transformer blocks (4 with --ctx 128 is the JAX peer's shape).
+    #[arg(long, default_value_t = 2)]
+    pub layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Model width.
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    /// Peak learning rate (AdamW, b2 0.99, weight decay 0.1, linear warm-up then cosine).
+    #[arg(long, default_value_t = 5e-3)]
+    pub lr: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 30)]
+    pub warmup: usize,
+    /// Clip gradients to this global norm (0 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub clip: f64,
+    /// Micro-batches averaged per step (gradient accumulation).
+    #[arg(long, default_value_t = 1)]
+    pub accum: usize,
+    /// Seed of the initial params, the batches and the samples.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print a sample (and the validation loss) every N steps (0 = only at the end).
+    #[arg(long, default_value_t = 200)]
+    pub sample_every: usize,
+    /// Characters per sample.
+    #[arg(long, default_value_t = 200)]
+    pub sample_chars: usize,
+    /// Where the checkpoint (model.safetensors) and the loss curve (loss.png) go.
+    #[arg(long, default_value = "runs/char-gpt")]
+    pub out: PathBuf,
+    /// Resume from a checkpoint written by `rlx train` (params, optimizer state, config).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+}
+
+fn read_text(args: &TrainArgs) -> Result<String, Box<dyn std::error::Error>> {
+    let text = match &args.text {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => BUNDLED.to_string(),
+    };
+    Ok(match args.max_chars {
+        Some(n) => text.chars().take(n).collect(),
+        None => text,
+    })
+}
+
+/// Mean loss over fixed held-out batches, with a loss-only graph.
+struct Evaluator {
+    exe: CompiledGraph,
+    batches: Vec<(HostTensor, HostTensor)>,
+}
+
+impl Evaluator {
+    fn new(cfg: &GptConfig, batch: usize, tokens: &[i64], device: Device, seed: u64) -> rlx::Result<Self> {
+        let (g, _) = gpt::loss_graph(cfg, batch)?;
+        let exe = Session::new(device).compile(g)?;
+        let mut rng = Rng::new(seed ^ 0xE7A1);
+        let batches = (0..4).map(|_| gpt::batch(tokens, batch, cfg.ctx, &mut rng)).collect::<rlx::Result<_>>()?;
+        Ok(Evaluator { exe, batches })
+    }
+
+    fn loss(&mut self, params: &ParamStore) -> rlx::Result<f32> {
+        for (name, t) in params.iter() {
+            self.exe.set_param_tensor(name, t)?;
+        }
+        let mut total = 0.0;
+        for (x, y) in &self.batches {
+            total += self.exe.run_tensors(&[("x", x), ("y", y)])?[0].to_f32_vec()?[0];
+        }
+        Ok(total / self.batches.len() as f32)
+    }
+}
+
+/// Runs `rlx train`.
+pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
+    let text = read_text(args)?;
+    let (cfg, mut store, start) = match &args.resume {
+        Some(p) => {
+            let (cfg, store, _) = gpt::load(p)?;
+            let step = store.get(rlx_nn::train::COUNT)?.to_f64_vec()?[0] as usize;
+            writeln!(out, "resuming {} at step {step}", p.display())?;
+            (cfg, store, step)
+        }
+        None => {
+            let cfg = GptConfig {
+                ctx: args.ctx,
+                layers: args.layers,
+                heads: args.heads,
+                dim: args.dim,
+                ..GptConfig::small(gpt::vocab_of(&text))
+            };
+            (cfg, ParamStore::new(), 0)
+        }
+    };
+    let tokens = cfg.encode(&text)?;
+    let split = tokens.len() * 9 / 10;
+    let (train_toks, val_toks) = tokens.split_at(split);
+    if val_toks.len() <= cfg.ctx {
+        return Err(format!(
+            "the text is too short: {} characters leave no held-out window of {} + 1",
+            tokens.len(),
+            cfg.ctx
+        )
+        .into());
+    }
+    let (g, specs) = gpt::loss_graph(&cfg, args.batch)?;
+    if args.resume.is_none() {
+        store = ParamStore::init(&specs, args.seed)?;
+    }
+    let nparams: usize = specs.iter().map(|s| s.dims.iter().product::<usize>()).sum();
+    writeln!(
+        out,
+        "char-GPT: {} layers, {} heads, d {}, ctx {}, vocab {}, {:.3}M params; {} training / {} held-out characters; batch {} x {} accum",
+        cfg.layers,
+        cfg.heads,
+        cfg.dim,
+        cfg.ctx,
+        cfg.vocab_size(),
+        nparams as f64 / 1e6,
+        train_toks.len(),
+        val_toks.len(),
+        args.batch,
+        args.accum
+    )?;
+    let total = args.steps.max(start);
+    let lr = Schedule::WarmupCosine { peak: args.lr, warmup: args.warmup, total, end: args.lr / 10.0 };
+    let opt = Adam { b2: 0.99, ..Adam::adamw(lr, 0.1) };
+    let tc =
+        TrainConfig { accum: args.accum, clip_norm: (args.clip > 0.0).then_some(args.clip), seed: args.seed, device };
+    let t0 = Instant::now();
+    let mut step = TrainStep::new(&g, &store, &opt, &tc)?;
+    let mut eval = Evaluator::new(&cfg, args.batch, val_toks, device, args.seed)?;
+    let mut sampler = CharGpt::new(cfg.clone(), &store, device)?;
+    writeln!(out, "compiled the training step in {:.1} s", t0.elapsed().as_secs_f64())?;
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let ckpt = args.out.join("model.safetensors");
+    let png = args.out.join("loss.png");
+
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30.cyan/blue} step {pos}/{len} {msg} ETA {eta}")?.progress_chars("=> "),
+    );
+    bar.set_position(start as u64);
+    let mut rng = Rng::new(args.seed.wrapping_add(start as u64 * 7919));
+    let (mut losses, mut vals) = (vec![], vec![]);
+    let tokens_per_step = (args.batch * cfg.ctx * args.accum) as f64;
+    let t_train = Instant::now();
+    let first_val = eval.loss(&step.params()?)?;
+    vals.push((start, first_val));
+    let msg = format!("step {start}: held-out loss {first_val:.3} (ln vocab = {:.3})", (cfg.vocab_size() as f32).ln());
+    bar.suspend(|| writeln!(out, "{msg}"))?;
+    let every = (total / 20).max(1);
+    for s in start..total {
+        let mut loss = 0.0;
+        for _ in 0..args.accum {
+            let (x, y) = gpt::batch(train_toks, args.batch, cfg.ctx, &mut rng)?;
+            loss += step.step(&[("x", &x), ("y", &y)])? / args.accum as f32;
+        }
+        if !loss.is_finite() {
+            bar.abandon();
+            return Err(format!("step {}: the loss is {loss}; lower --lr", s + 1).into());
+        }
+        losses.push((s + 1, loss));
+        let done = s + 1 - start;
+        let tps = tokens_per_step * done as f64 / t_train.elapsed().as_secs_f64();
+        bar.set_message(format!("loss {loss:.3}  {tps:.0} tok/s"));
+        bar.inc(1);
+        if bar.is_hidden() && (s + 1) % every == 0 {
+            // Not a terminal: a plain progress line instead of the bar.
+            let eta = (total - s - 1) as f64 * t_train.elapsed().as_secs_f64() / done as f64;
+            writeln!(out, "step {}/{total}  loss {loss:.3}  {tps:.0} tok/s  ETA {eta:.0} s", s + 1)?;
+        }
+        let last = s + 1 == total;
+        if last || (args.sample_every > 0 && (s + 1) % args.sample_every == 0) {
+            let params = step.params()?;
+            let v = eval.loss(&params)?;
+            vals.push((s + 1, v));
+            sampler.set_params(&params)?;
+            let opts = SampleOptions { temperature: 0.8, top_k: 0, seed: args.seed + s as u64 };
+            let text = sampler.generate("\n", args.sample_chars, opts, |_| {})?;
+            let msg =
+                format!("--- step {}: train loss {loss:.3}, held-out loss {v:.3} ---\n{}\n", s + 1, text.trim_end());
+            bar.suspend(|| writeln!(out, "{msg}"))?;
+            gpt::save(&ckpt, &cfg, &step.state()?, &[("rlx.step", (s + 1).to_string())])?;
+            plot(&png, &losses, &vals)?;
+        }
+    }
+    bar.finish();
+    let secs = t_train.elapsed().as_secs_f64();
+    let steps_run = total - start;
+    writeln!(
+        out,
+        "trained {steps_run} steps in {secs:.1} s ({:.0} tok/s)",
+        tokens_per_step * steps_run as f64 / secs.max(1e-9)
+    )?;
+    if let (Some(f), Some(l)) = (losses.first(), losses.last()) {
+        writeln!(
+            out,
+            "train loss {:.3} -> {:.3}; held-out {:.3} -> {:.3}",
+            f.1,
+            l.1,
+            vals[0].1,
+            vals.last().map_or(f32::NAN, |v| v.1)
+        )?;
+    }
+    writeln!(out, "checkpoint: {} (params, AdamW state, config)", ckpt.display())?;
+    writeln!(out, "loss curve: {} (train blue, held-out red)", png.display())?;
+    writeln!(out, "sample more: rlx generate --model {}", ckpt.display())?;
+    Ok(())
+}
+
+/// Samples a char-GPT checkpoint written by `rlx train` to `out` (what `rlx generate` calls for
+/// a `.safetensors` file whose metadata `rlx.kind` is `char-gpt`).
+pub fn generate_char_gpt(
+    out: &mut impl Write,
+    model: &Path,
+    prompt: &str,
+    n: usize,
+    opts: SampleOptions,
+    device: Device,
+) -> Res {
+    let mut m = CharGpt::load(model, device)?;
+    write!(out, "{prompt}")?;
+    let mut err = None;
+    m.generate(prompt, n, opts, |s| {
+        if err.is_none() {
+            err = write!(out, "{s}").and_then(|_| out.flush()).err();
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+/// The loss curve as a PNG without text: train loss in blue, held-out loss in red, grid lines
+/// every 0.5 of loss; the y axis runs from 0 to the largest loss.
+fn plot(path: &Path, train: &[(usize, f32)], val: &[(usize, f32)]) -> Res {
+    use plotters::prelude::*;
+    let (w, h) = (800i32, 480i32);
+    let root = BitMapBackend::new(path, (w as u32, h as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let x_max = train.iter().chain(val).map(|p| p.0).max().unwrap_or(1).max(1) as f64;
+    let x_min = train.iter().chain(val).map(|p| p.0).min().unwrap_or(0) as f64;
+    let y_max = train.iter().chain(val).map(|p| p.1).fold(0.5f32, f32::max) as f64;
+    let (l, r, t, b) = (40, w - 20, 20, h - 40);
+    let px = |x: f64| l + ((x - x_min) / (x_max - x_min).max(1.0) * (r - l) as f64) as i32;
+    let py = |y: f64| b - (y / y_max * (b - t) as f64) as i32;
+    let grey = RGBColor(220, 220, 220);
+    let mut y = 0.5;
+    while y < y_max {
+        root.draw(&PathElement::new(vec![(l, py(y)), (r, py(y))], grey.stroke_width(1)))?;
+        y += 0.5;
+    }
+    root.draw(&Rectangle::new([(l, t), (r, b)], BLACK.stroke_width(1)))?;
+    let pts: Vec<(i32, i32)> = train.iter().map(|&(s, v)| (px(s as f64), py(v as f64))).collect();
+    root.draw(&PathElement::new(pts, BLUE.stroke_width(2)))?;
+    let vp: Vec<(i32, i32)> = val.iter().map(|&(s, v)| (px(s as f64), py(v as f64))).collect();
+    root.draw(&PathElement::new(vp.clone(), RED.stroke_width(2)))?;
+    for p in vp {
+        root.draw(&Circle::new(p, 4, RED.filled()))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiny_run_writes_a_resumable_checkpoint_a_png_and_samples() {
+        let dir = std::env::temp_dir().join(format!("rlx-train-{}", std::process::id()));
+        let args = TrainArgs {
+            text: None,
+            max_chars: Some(20_000),
+            steps: 6,
+            batch: 4,
+            ctx: 16,
+            layers: 1,
+            heads: 2,
+            dim: 16,
+            lr: 1e-2,
+            warmup: 2,
+            clip: 1.0,
+            accum: 2,
+            seed: 1,
+            sample_every: 3,
+            sample_chars: 20,
+            out: dir.clone(),
+            resume: None,
+        };
+        let mut log = vec![];
+        train(&mut log, &args, Device::Cpu).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("--- step 3:") && log.contains("--- step 6:"), "{log}");
+        let png = std::fs::read(dir.join("loss.png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let ckpt = dir.join("model.safetensors");
+        let (cfg, store, meta) = gpt::load(&ckpt).unwrap();
+        assert_eq!((cfg.layers, cfg.dim, cfg.ctx), (1, 16, 16));
+        assert_eq!(meta.get("rlx.step").map(String::as_str), Some("6"));
+        assert_eq!(store.get(rlx_nn::train::COUNT).unwrap().to_f64_vec().unwrap(), vec![6.0]);
+        // Resume to step 8, then sample the checkpoint as `rlx generate` does.
+        let more = TrainArgs { steps: 8, resume: Some(ckpt.clone()), ..args };
+        let mut log = vec![];
+        train(&mut log, &more, Device::Cpu).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("resuming") && log.contains("--- step 8:"), "{log}");
+        let mut text = vec![];
+        let opts = SampleOptions { temperature: 1.0, top_k: 5, seed: 3 };
+        generate_char_gpt(&mut text, &ckpt, "HAMLET:", 30, opts, Device::Cpu).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.starts_with("HAMLET:") && text.chars().count() >= 37, "{text:?}");
+        assert!(generate_char_gpt(&mut vec![], &ckpt, "\u{1F600}", 3, opts, Device::Cpu).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

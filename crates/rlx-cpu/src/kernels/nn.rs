@@ -1,0 +1,246 @@
+//! Native row kernels for the normalizing composites: softmax and log_softmax (any axis),
+//! layer_norm and rms_norm (last axis) and rope. Each lane is read once into a compute-type
+//! buffer, reduced and written once; rows are split across the shared pool when large enough.
+
+use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8};
+use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
+use crate::exec::Bufs;
+use crate::threads::{num_threads, parallel_for};
+use crate::{with_float, with_int};
+use rlx_driver::KernelTable;
+use rlx_ir::shape::normalize_axis;
+use rlx_ir::{Error, Op, OpKind, Result};
+use std::sync::Mutex;
+
+pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
+    t.register(OpKind::Softmax, FLOATS, softmax);
+    t.register(OpKind::LogSoftmax, FLOATS, softmax);
+    t.register(OpKind::LayerNorm, FLOATS, norm);
+    t.register(OpKind::RmsNorm, FLOATS, norm);
+    // x is float and the positions are integers (infer checks which is which).
+    t.register(OpKind::Rope, NUMERIC, rope);
+}
+
+/// Below this many elements a kernel runs on the calling thread only.
+const PAR_MIN: usize = 1 << 15;
+
+/// How many tasks to split `lanes` lanes of `len` elements into.
+fn tasks_for(lanes: usize, len: usize) -> usize {
+    if lanes * len < PAR_MIN { 1 } else { (num_threads() * 4).min(lanes).max(1) }
+}
+
+/// Per-task scratch, sized at build time so that `run` allocates nothing.
+fn scratch<C: Real>(tasks: usize, len: usize) -> Vec<Mutex<Vec<C>>> {
+    (0..tasks).map(|_| Mutex::new(vec![C::ZERO; len])).collect()
+}
+
+/// Lanes `task`'s share of `0..lanes` when split into `tasks` contiguous ranges.
+fn share(task: usize, tasks: usize, lanes: usize) -> std::ops::Range<usize> {
+    (task * lanes / tasks)..((task + 1) * lanes / tasks)
+}
+
+/// The dims of a lane layout: `outer` blocks of `len` lanes elements, `inner` apart.
+#[derive(Clone, Copy)]
+struct Lanes {
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl Lanes {
+    fn count(&self) -> usize {
+        self.outer * self.inner
+    }
+    /// First element and stride of lane `l`.
+    fn start(&self, l: usize) -> usize {
+        (l / self.inner) * self.len * self.inner + l % self.inner
+    }
+}
+
+fn softmax(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let (axis, log) = match ctx.op {
+        Op::Softmax(s) => (s.axis, false),
+        Op::LogSoftmax(s) => (s.axis, true),
+        _ => return Err(unsupported(ctx)),
+    };
+    let dims = ctx.in_dims(0);
+    let name = ctx.op.def().name();
+    let a = normalize_axis(axis, dims.len()).map_err(|e| Error::eval(name, e))?;
+    let lanes = Lanes { outer: dims[..a].iter().product(), len: dims[a], inner: dims[a + 1..].iter().product() };
+    with_float!(ctx.out.dtype, T => Ok(softmax_kernel::<T>(lanes, log)), else Err(unsupported(ctx)))
+}
+
+fn softmax_kernel<T: Compute>(ly: Lanes, log: bool) -> Kernel {
+    let tasks = tasks_for(ly.count(), ly.len);
+    let bufs = scratch::<T::C>(tasks, ly.len);
+    let simd = avx2_fma();
+    Box::new(move |b: &Bufs<'_>| {
+        let x = b.input::<T>(0);
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
+            for l in share(task, tasks, ly.count()) {
+                let (s, st) = (ly.start(l), ly.inner);
+                for (i, v) in buf.iter_mut().enumerate() {
+                    *v = x[s + i * st].load();
+                }
+                softmax_simd::<T::C>(simd, &mut buf, log);
+                for (i, &v) in buf.iter().enumerate() {
+                    // SAFETY: lanes are disjoint, each task writes only its own lanes.
+                    unsafe { y.write(s + i * st, T::store(v)) };
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+crate::simd_entry!(softmax_simd = softmax_lane<C: Real>(v: &mut [C], log: bool));
+
+/// Softmax (or log-softmax) of one lane in place. An all -inf lane gives NaN, as the reference.
+#[inline(always)]
+fn softmax_lane<C: Real, const FMA: bool>(v: &mut [C], log: bool) {
+    let m = max8(v);
+    if m == C::NEG_INF {
+        v.fill(C::NAN);
+        return;
+    }
+    if log {
+        // log_softmax = x - m - ln(sum(exp(x - m))); the exps go through the lane once.
+        let s = sum8(v, |x| (x - m).exp());
+        let ls = m + s.ln();
+        v.iter_mut().for_each(|x| *x = *x - ls);
+    } else {
+        exp_shift(v, m);
+        let r = C::ONE / sum8(v, |x| x);
+        v.iter_mut().for_each(|x| *x = *x * r);
+    }
+}
+
+fn norm(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let (eps, layer) = match ctx.op {
+        Op::LayerNorm(o) => (o.eps, true),
+        Op::RmsNorm(o) => (o.eps, false),
+        _ => return Err(unsupported(ctx)),
+    };
+    let dims = ctx.in_dims(0);
+    let n = *dims.last().ok_or_else(|| unsupported(ctx))?;
+    let rows = dims.iter().product::<usize>().checked_div(n).unwrap_or(0);
+    with_float!(ctx.out.dtype, T => Ok(norm_kernel::<T>(rows, n, eps, layer)), else Err(unsupported(ctx)))
+}
+
+fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kernel {
+    let tasks = tasks_for(rows, n);
+    let bufs = scratch::<T::C>(tasks, n);
+    // gamma and beta in the compute type, refreshed every run (params may change between runs).
+    let mut gb = vec![T::C::ZERO; 2 * n];
+    let simd = avx2_fma();
+    let eps = T::C::from_f64(eps);
+    Box::new(move |b: &Bufs<'_>| {
+        for (i, g) in gb[..n].iter_mut().enumerate() {
+            *g = b.input::<T>(1)[i].load();
+        }
+        if layer {
+            for (i, g) in gb[n..].iter_mut().enumerate() {
+                *g = b.input::<T>(2)[i].load();
+            }
+        }
+        let (gamma, beta) = gb.split_at(n);
+        let x = b.input::<T>(0);
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
+            for r in share(task, tasks, rows) {
+                for (v, &xi) in buf.iter_mut().zip(&x[r * n..(r + 1) * n]) {
+                    *v = xi.load();
+                }
+                norm_simd::<T::C>(simd, &mut buf, gamma, beta, eps, layer);
+                // SAFETY: rows are disjoint, each task writes only its own rows.
+                let out = unsafe { y.slice(r * n, n) };
+                for (o, &v) in out.iter_mut().zip(buf.iter()) {
+                    *o = T::store(v);
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+crate::simd_entry!(norm_simd = norm_row<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
+
+/// Layer norm (two-pass: mean, then the variance of the centred row) or rms norm, in place.
+#[inline(always)]
+fn norm_row<C: Real, const FMA: bool>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool) {
+    let inv_n = C::ONE / C::from_f64(v.len() as f64);
+    if layer {
+        // Centre on a first mean, then on the mean of the (exact) differences: rows far from 0
+        // with a small spread keep their precision without forming the mean itself.
+        let m1 = sum8(v, |x| x) * inv_n;
+        v.iter_mut().for_each(|x| *x = *x - m1);
+        let c = sum8(v, |x| x) * inv_n;
+        let var = sum8(v, |x| (x - c) * (x - c)) * inv_n;
+        let r = C::ONE / (var + eps).sqrt();
+        for ((x, &g), &bt) in v.iter_mut().zip(gamma).zip(beta) {
+            *x = C::madd::<FMA>((*x - c) * r, g, bt);
+        }
+    } else {
+        let ms = sum8(v, |x| x * x) * inv_n;
+        let r = C::ONE / (ms + eps).sqrt();
+        for (x, &g) in v.iter_mut().zip(gamma) {
+            *x = *x * r * g;
+        }
+    }
+}
+
+fn rope(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::Rope(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let dims = ctx.in_dims(0);
+    if dims.len() != 4 || !dims[3].is_multiple_of(2) {
+        return Err(unsupported(ctx));
+    }
+    let (s, d) = (dims[2], dims[3]);
+    let inv = rlx_ir::ops::rope::rope_inv_freq(op.theta, d);
+    let pdt = ctx.ins[1].dtype;
+    with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(dims.iter().product(), s, d, inv)),
+        else Err(unsupported(ctx))), else Err(unsupported(ctx)))
+}
+
+fn rope_kernel<T: Compute, P: crate::elem::IntElem>(numel: usize, s: usize, d: usize, inv: Vec<f64>) -> Kernel {
+    let half = d / 2;
+    // cos/sin per (position row, frequency), recomputed only when the positions change.
+    let mut table = vec![(T::C::ZERO, T::C::ZERO); s * half];
+    let mut last: Vec<i64> = vec![0; s];
+    let mut fresh = false;
+    let rows = numel / d.max(1);
+    let tasks = tasks_for(rows, d);
+    Box::new(move |b: &Bufs<'_>| {
+        let pos = b.input::<P>(1);
+        if !fresh || pos.iter().zip(&last).any(|(p, l)| p.to_i64() != *l) {
+            for (i, p) in pos.iter().enumerate() {
+                let p = p.to_i64();
+                last[i] = p;
+                for (j, f) in inv.iter().enumerate() {
+                    // Angles in f64 (exact for any position), as the reference.
+                    let a = p as f64 * f;
+                    table[i * half + j] = (T::C::from_f64(a.cos()), T::C::from_f64(a.sin()));
+                }
+            }
+            fresh = true;
+        }
+        let (x, table) = (b.input::<T>(0), &table);
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            for r in share(task, tasks, rows) {
+                let (xr, cs) = (&x[r * d..(r + 1) * d], &table[(r % s) * half..(r % s + 1) * half]);
+                // SAFETY: rows are disjoint, each task writes only its own rows.
+                let yr = unsafe { y.slice(r * d, d) };
+                for (i, &(c, sn)) in cs.iter().enumerate() {
+                    let (x1, x2) = (xr[i].load(), xr[i + half].load());
+                    yr[i] = T::store(x1 * c - x2 * sn);
+                    yr[i + half] = T::store(x2 * c + x1 * sn);
+                }
+            }
+        });
+        Ok(())
+    })
+}

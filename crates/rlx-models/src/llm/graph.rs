@@ -1,0 +1,152 @@
+//! The Qwen3 / Llama decoder as an rlx graph: RMSNorm, grouped-query attention with RoPE (and
+//! QK-norm for Qwen3), SwiGLU, and the LM head; optionally over a KV cache held in params.
+
+use super::config::LlmConfig;
+use super::weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind};
+use rlx_ir::{DType, Graph, NodeId, Shape};
+
+/// Input names of the LLM graphs.
+pub mod names {
+    /// Token ids, i64 `[batch, seq]`.
+    pub const TOKENS: &str = "tokens";
+    /// RoPE positions of the `seq` new tokens, i64 `[seq]` (cache slots).
+    pub const POSITIONS: &str = "positions";
+    /// The cache slot of the first new token, i32 scalar (cache graphs only).
+    pub const START: &str = "start";
+    /// Additive mask f32 `[batch, 1, seq, keys]`: 0 where visible, -inf elsewhere.
+    pub const MASK: &str = "mask";
+}
+
+/// The param name of layer `l`'s key cache.
+pub fn k_cache_name(l: usize) -> String {
+    format!("k_cache.{l}")
+}
+
+/// The param name of layer `l`'s value cache.
+pub fn v_cache_name(l: usize) -> String {
+    format!("v_cache.{l}")
+}
+
+/// The shape of a graph: batch, new tokens, the cache (keys seen) and which logits come out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphSpec {
+    /// Sequences run together.
+    pub batch: usize,
+    /// New tokens per sequence.
+    pub seq: usize,
+    /// Cache slots per sequence; `None`: no cache, attention over the `seq` new tokens only.
+    pub cache: Option<usize>,
+    /// Logits for every new token `[batch, seq, vocab]`, or only the last `[batch, vocab]`.
+    pub all_logits: bool,
+}
+
+fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> NodeId {
+    match kind {
+        ParamKind::Dense => g.matmul_t(x, w, false, true),
+        ParamKind::DenseHalf(dt) => {
+            let xh = g.cast(x, dt);
+            let xr = g.cast(xh, DType::F32);
+            g.matmul_t(xr, w, false, true)
+        }
+        ParamKind::Packed(s) => g.qmatmul(x, w, s, k),
+    }
+}
+
+fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> (NodeId, ParamKind) {
+    let shape = w.shape(cfg);
+    let kind = weights.kind(w);
+    let s = match kind {
+        ParamKind::Dense | ParamKind::DenseHalf(_) => Shape::new(&shape, DType::F32),
+        ParamKind::Packed(q) => Shape::new(&[shape[0], q.row_bytes(shape[1]).unwrap_or(0)], DType::U8),
+    };
+    (g.param(&w.gguf_name(), s), kind)
+}
+
+/// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
+/// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]`,
+/// and attention reads the whole cache (the mask hides unwritten and padded slots).
+pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Graph {
+    let (b, s, h) = (spec.batch, spec.seq, cfg.hidden);
+    let (nh, kvh, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
+    let keys = spec.cache.unwrap_or(s);
+    let eps = cfg.rms_eps as f32;
+    let theta = cfg.rope_theta as f32;
+    let name = match spec.cache {
+        Some(c) => format!("{}_{b}x{s}_cache{c}", cfg.arch.name()),
+        None => format!("{}_{b}x{s}", cfg.arch.name()),
+    };
+    let mut g = Graph::new(name);
+    let tokens = g.input(names::TOKENS, Shape::new(&[b, s], DType::I64));
+    let positions = g.input(names::POSITIONS, Shape::new(&[s], DType::I64));
+    let start = spec.cache.map(|_| g.input(names::START, Shape::new(&[], DType::I32)));
+    let mask = g.input(names::MASK, Shape::new(&[b, 1, s, keys], DType::F32));
+
+    let (emb, _) = param(&mut g, cfg, weights, LlmWeight::TokenEmbd);
+    let x = g.gather(emb, tokens, 0);
+    let mut x = g.reshape(x, &[b * s, h]);
+    let scale = 1.0 / (hd as f32).sqrt();
+    for l in 0..cfg.layers {
+        let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));
+        use LayerWeight::*;
+        let (an, _) = w(&mut g, AttnNorm);
+        let hn = g.rms_norm(x, an, eps);
+        let ((wq, kq), (wk, kk), (wv, kv)) = (w(&mut g, Q), w(&mut g, K), w(&mut g, V));
+        let q = linear(&mut g, hn, wq, kq, h);
+        let k = linear(&mut g, hn, wk, kk, h);
+        let v = linear(&mut g, hn, wv, kv, h);
+        let mut q = g.reshape(q, &[b, s, nh, hd]);
+        let mut k = g.reshape(k, &[b, s, kvh, hd]);
+        if cfg.arch.qk_norm() {
+            let ((qn, _), (kn, _)) = (w(&mut g, QNorm), w(&mut g, KNorm));
+            q = g.rms_norm(q, qn, eps);
+            k = g.rms_norm(k, kn, eps);
+        }
+        let q = g.transpose(q, &[0, 2, 1, 3]);
+        let k = g.transpose(k, &[0, 2, 1, 3]);
+        let v = g.reshape(v, &[b, s, kvh, hd]);
+        let v = g.transpose(v, &[0, 2, 1, 3]);
+        let q = g.rope(q, positions, theta);
+        let k = g.rope(k, positions, theta);
+        let (k, v) = match (spec.cache, start) {
+            (Some(c), Some(start)) => {
+                let cache_shape = Shape::new(&[b, kvh, c, hd], DType::F32);
+                let kc = g.param(&k_cache_name(l), cache_shape.clone());
+                let vc = g.param(&v_cache_name(l), cache_shape);
+                let k2 = g.dynamic_update_slice(kc, k, start, 2);
+                let v2 = g.dynamic_update_slice(vc, v, start, 2);
+                g.update_param(kc, k2);
+                g.update_param(vc, v2);
+                (k2, v2)
+            }
+            _ => (k, v),
+        };
+        let a = g.attention_with_mask(q, k, v, mask, scale);
+        let a = g.transpose(a, &[0, 2, 1, 3]);
+        let a = g.reshape(a, &[b * s, nh * hd]);
+        let (wo, ko) = w(&mut g, O);
+        let a = linear(&mut g, a, wo, ko, nh * hd);
+        x = g.add(x, a);
+        let (fnw, _) = w(&mut g, FfnNorm);
+        let hn = g.rms_norm(x, fnw, eps);
+        let ((wg, kg), (wu, ku), (wd, kd)) = (w(&mut g, Gate), w(&mut g, Up), w(&mut g, Down));
+        let gate = linear(&mut g, hn, wg, kg, h);
+        let up = linear(&mut g, hn, wu, ku, h);
+        let gate = g.silu(gate);
+        let f = g.mul(gate, up);
+        let f = linear(&mut g, f, wd, kd, cfg.ffn);
+        x = g.add(x, f);
+    }
+    if !spec.all_logits && s > 1 {
+        // Only the last token's logits: slice before the final norm and the LM head.
+        let x3 = g.reshape(x, &[b, s, h]);
+        let last = g.slice_axis(x3, 1, s - 1, s);
+        x = g.reshape(last, &[b, h]);
+    }
+    let (on, _) = param(&mut g, cfg, weights, LlmWeight::OutputNorm);
+    let x = g.rms_norm(x, on, eps);
+    let (wout, kout) = param(&mut g, cfg, weights, LlmWeight::Output);
+    let logits = linear(&mut g, x, wout, kout, h);
+    let logits = if spec.all_logits { g.reshape(logits, &[b, s, cfg.vocab_size]) } else { logits };
+    g.set_outputs(vec![logits]);
+    g
+}

@@ -1,0 +1,318 @@
+//! Qwen3 / Llama weights: the one table of GGUF and Hugging Face names, shape checks, and the
+//! param data of each weight (quantized linear weights stay packed).
+
+use super::config::LlmConfig;
+use rlx_gguf::{GgmlType, GgufFile, TensorView};
+use rlx_ir::{DType, Error, QuantScheme, Result};
+use std::ops::Range;
+use std::path::Path;
+
+/// One weight of the model; `gguf_name` / `hf_name` are the only places names are spelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LlmWeight {
+    /// Token embedding `[vocab, hidden]`.
+    TokenEmbd,
+    /// Final RMSNorm scale `[hidden]`.
+    OutputNorm,
+    /// LM head `[vocab, hidden]` (the token embedding when tied).
+    Output,
+    /// A weight of decoder layer `.0`.
+    Layer(usize, LayerWeight),
+}
+
+/// The weights of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LayerWeight {
+    /// Attention RMSNorm scale `[hidden]`.
+    AttnNorm,
+    /// Query projection `[heads * head_dim, hidden]`.
+    Q,
+    /// Key projection `[kv_heads * head_dim, hidden]`.
+    K,
+    /// Value projection `[kv_heads * head_dim, hidden]`.
+    V,
+    /// Attention output projection `[hidden, heads * head_dim]`.
+    O,
+    /// Per-head query RMSNorm scale `[head_dim]` (Qwen3).
+    QNorm,
+    /// Per-head key RMSNorm scale `[head_dim]` (Qwen3).
+    KNorm,
+    /// Feed-forward RMSNorm scale `[hidden]`.
+    FfnNorm,
+    /// SwiGLU gate projection `[ffn, hidden]`.
+    Gate,
+    /// SwiGLU up projection `[ffn, hidden]`.
+    Up,
+    /// Down projection `[hidden, ffn]`.
+    Down,
+}
+
+impl LlmWeight {
+    /// Every weight of a model with this config (the LM head included, tied or not).
+    pub fn all(cfg: &LlmConfig) -> Vec<LlmWeight> {
+        use LayerWeight::*;
+        let mut v = vec![LlmWeight::TokenEmbd, LlmWeight::OutputNorm, LlmWeight::Output];
+        for l in 0..cfg.layers {
+            let mut lw = vec![AttnNorm, Q, K, V, O, FfnNorm, Gate, Up, Down];
+            if cfg.arch.qk_norm() {
+                lw.extend([QNorm, KNorm]);
+            }
+            v.extend(lw.into_iter().map(|w| LlmWeight::Layer(l, w)));
+        }
+        v
+    }
+
+    /// The tensor name in a GGUF file (llama.cpp's names); also the graph param name.
+    pub fn gguf_name(self) -> String {
+        use LayerWeight::*;
+        match self {
+            LlmWeight::TokenEmbd => "token_embd.weight".into(),
+            LlmWeight::OutputNorm => "output_norm.weight".into(),
+            LlmWeight::Output => "output.weight".into(),
+            LlmWeight::Layer(l, w) => {
+                let s = match w {
+                    AttnNorm => "attn_norm",
+                    Q => "attn_q",
+                    K => "attn_k",
+                    V => "attn_v",
+                    O => "attn_output",
+                    QNorm => "attn_q_norm",
+                    KNorm => "attn_k_norm",
+                    FfnNorm => "ffn_norm",
+                    Gate => "ffn_gate",
+                    Up => "ffn_up",
+                    Down => "ffn_down",
+                };
+                format!("blk.{l}.{s}.weight")
+            }
+        }
+    }
+
+    /// The tensor name in a Hugging Face Qwen3 / Llama checkpoint.
+    pub fn hf_name(self) -> String {
+        use LayerWeight::*;
+        match self {
+            LlmWeight::TokenEmbd => "model.embed_tokens.weight".into(),
+            LlmWeight::OutputNorm => "model.norm.weight".into(),
+            LlmWeight::Output => "lm_head.weight".into(),
+            LlmWeight::Layer(l, w) => {
+                let s = match w {
+                    AttnNorm => "input_layernorm",
+                    Q => "self_attn.q_proj",
+                    K => "self_attn.k_proj",
+                    V => "self_attn.v_proj",
+                    O => "self_attn.o_proj",
+                    QNorm => "self_attn.q_norm",
+                    KNorm => "self_attn.k_norm",
+                    FfnNorm => "post_attention_layernorm",
+                    Gate => "mlp.gate_proj",
+                    Up => "mlp.up_proj",
+                    Down => "mlp.down_proj",
+                };
+                format!("model.layers.{l}.{s}.weight")
+            }
+        }
+    }
+
+    /// The row-major shape (`[out, in]` for linear weights).
+    pub fn shape(self, c: &LlmConfig) -> Vec<usize> {
+        use LayerWeight::*;
+        let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        match self {
+            LlmWeight::TokenEmbd | LlmWeight::Output => vec![c.vocab_size, c.hidden],
+            LlmWeight::OutputNorm => vec![c.hidden],
+            LlmWeight::Layer(_, w) => match w {
+                AttnNorm | FfnNorm => vec![c.hidden],
+                QNorm | KNorm => vec![c.head_dim],
+                Q => vec![q, c.hidden],
+                K | V => vec![kv, c.hidden],
+                O => vec![c.hidden, q],
+                Gate | Up => vec![c.ffn, c.hidden],
+                Down => vec![c.hidden, c.ffn],
+            },
+        }
+    }
+
+    /// Whether the graph multiplies by it (`x @ w^T`), so that it may stay packed.
+    pub fn is_linear(self) -> bool {
+        use LayerWeight::*;
+        match self {
+            LlmWeight::Output => true,
+            LlmWeight::Layer(_, w) => matches!(w, Q | K | V | O | Gate | Up | Down),
+            _ => false,
+        }
+    }
+}
+
+/// How a weight is stored as a graph param.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// f32 with the weight's row-major shape.
+    Dense,
+    /// f32 values of an F16 / BF16 weight: like ggml, the activations are rounded to that dtype
+    /// before the product (accumulation stays f32).
+    DenseHalf(DType),
+    /// U8 `[out, row_bytes(in)]` GGUF rows of this block format, multiplied with `qmatmul`.
+    Packed(QuantScheme),
+}
+
+enum Bytes {
+    File(Range<usize>),
+    Owned(Vec<u8>),
+}
+
+/// One weight's param: its name, kind, shape and bytes.
+pub struct ParamData {
+    /// The weight.
+    pub weight: LlmWeight,
+    /// How the graph takes it.
+    pub kind: ParamKind,
+    bytes: Bytes,
+}
+
+/// The weights of a GGUF model, checked against the config and ready to set as params.
+pub struct LlmWeights {
+    file: GgufFile,
+    params: Vec<ParamData>,
+    /// Whether the LM head is the token embedding.
+    pub tied: bool,
+}
+
+impl std::fmt::Debug for LlmWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmWeights").field("params", &self.params.len()).field("tied", &self.tied).finish()
+    }
+}
+
+/// Reorders the rows of each head from interleaved pairs (2i, 2i+1) to halves (i, i + d/2).
+fn deinterleave_rows(rows: &[u8], row_bytes: usize, head_dim: usize) -> Vec<u8> {
+    let mut out = vec![0u8; rows.len()];
+    let n = rows.len() / row_bytes;
+    for r in 0..n {
+        let (h, j) = (r / head_dim, r % head_dim);
+        let src = h * head_dim + if j < head_dim / 2 { 2 * j } else { 2 * (j - head_dim / 2) + 1 };
+        out[r * row_bytes..(r + 1) * row_bytes].copy_from_slice(&rows[src * row_bytes..(src + 1) * row_bytes]);
+    }
+    out
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl LlmWeights {
+    /// Opens `path` (memory-mapped) and checks every weight `cfg` needs.
+    pub fn open(path: &Path, cfg: &LlmConfig) -> Result<Self> {
+        let p = path.display().to_string();
+        let file = GgufFile::open(path).map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
+        Self::from_file(file, &p, cfg)
+    }
+
+    /// Checks and prepares the weights of an opened file; `path` names it in errors.
+    pub fn from_file(file: GgufFile, path: &str, cfg: &LlmConfig) -> Result<Self> {
+        let tied = file.gguf().tensor_info("output.weight").is_none();
+        let mut params = vec![];
+        for w in LlmWeight::all(cfg) {
+            let src = if w == LlmWeight::Output && tied { LlmWeight::TokenEmbd } else { w };
+            let view = Self::view(&file, path, src, cfg)?;
+            params.push(Self::prepare(&file, path, w, view, cfg)?);
+        }
+        Ok(LlmWeights { file, params, tied })
+    }
+
+    /// The file's tensor, checked for the shape the model needs.
+    fn view<'a>(file: &'a GgufFile, path: &str, w: LlmWeight, cfg: &LlmConfig) -> Result<TensorView<'a>> {
+        let name = w.gguf_name();
+        let expected = w.shape(cfg);
+        let count = file.gguf().tensors().len();
+        let view = file.tensor(&name).map_err(|_| Error::MissingTensor {
+            path: path.into(),
+            name: name.clone(),
+            expected: expected.clone(),
+            count,
+        })?;
+        let got: Vec<usize> = view.info.shape().iter().map(|&d| d as usize).collect();
+        if got != expected {
+            return Err(Error::TensorShape { path: path.into(), name, expected, got, dtype: view.info.ty.to_string() });
+        }
+        Ok(view)
+    }
+
+    fn prepare(file: &GgufFile, path: &str, w: LlmWeight, view: TensorView<'_>, cfg: &LlmConfig) -> Result<ParamData> {
+        let ty = view.info.ty;
+        let err = |reason: String| Error::ModelFile { path: path.into(), reason };
+        let shape = w.shape(cfg);
+        let base = file.bytes().as_ptr() as usize;
+        let start = view.data.as_ptr() as usize - base;
+        let in_file = start..start + view.data.len();
+        let permute = cfg.arch.interleaved_rope()
+            && matches!(w, LlmWeight::Layer(_, LayerWeight::Q) | LlmWeight::Layer(_, LayerWeight::K));
+        let packed = w.is_linear() && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let (kind, bytes) = if packed {
+            let scheme = QuantScheme::new(ty).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
+            let rb = scheme.row_bytes(shape[1]).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
+            let bytes = if permute {
+                Bytes::Owned(deinterleave_rows(view.data, rb, cfg.head_dim))
+            } else {
+                Bytes::File(in_file)
+            };
+            (ParamKind::Packed(scheme), bytes)
+        } else if ty == GgmlType::F32 && !permute {
+            (ParamKind::Dense, Bytes::File(in_file))
+        } else {
+            let kind = match ty {
+                GgmlType::F16 if w.is_linear() => ParamKind::DenseHalf(DType::F16),
+                GgmlType::BF16 if w.is_linear() => ParamKind::DenseHalf(DType::BF16),
+                _ => ParamKind::Dense,
+            };
+            let v = view.to_f32().map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
+            let b = f32_bytes(&v);
+            let b = if permute { deinterleave_rows(&b, shape[1] * 4, cfg.head_dim) } else { b };
+            (kind, Bytes::Owned(b))
+        };
+        Ok(ParamData { weight: w, kind, bytes })
+    }
+
+    /// Every param, in `LlmWeight::all` order.
+    pub fn params(&self) -> &[ParamData] {
+        &self.params
+    }
+
+    /// How the graph takes `w`.
+    pub fn kind(&self, w: LlmWeight) -> ParamKind {
+        self.params.iter().find(|p| p.weight == w).map(|p| p.kind).unwrap_or(ParamKind::Dense)
+    }
+
+    /// The param bytes of `p` (little-endian f32, or packed u8 rows).
+    pub fn bytes<'a>(&'a self, p: &'a ParamData) -> &'a [u8] {
+        match &p.bytes {
+            Bytes::File(r) => &self.file.bytes()[r.clone()],
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    /// The graph param dtype of `p`.
+    pub fn dtype(p: &ParamData) -> DType {
+        match p.kind {
+            ParamKind::Dense | ParamKind::DenseHalf(_) => DType::F32,
+            ParamKind::Packed(_) => DType::U8,
+        }
+    }
+
+    /// The opened GGUF file (metadata, tokenizer).
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deinterleaving_moves_even_rows_to_the_first_half_of_each_head() {
+        // Two heads of dim 4, one byte per row: rows [0..8) become [0,2,1,3, 4,6,5,7].
+        let rows: Vec<u8> = (0..8).collect();
+        assert_eq!(deinterleave_rows(&rows, 1, 4), vec![0, 2, 1, 3, 4, 6, 5, 7]);
+    }
+}

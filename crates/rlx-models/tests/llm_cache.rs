@@ -1,0 +1,120 @@
+//! The KV cache path against the full forward pass: decode step by step, batched sequences of
+//! different lengths (left-padded), errors on misuse.
+
+use rlx_driver::Device;
+use rlx_models::llm::{GenerateOptions, LlmModel, generate, generate_batch};
+use rlx_models::sampling::SamplerConfig;
+use std::path::PathBuf;
+
+fn model(file: &str, ctx: usize) -> LlmModel {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llm").join(file);
+    LlmModel::load(p, Device::Cpu, ctx).unwrap()
+}
+
+/// max |a - b| over max |b| (F16 weights round activations to f16 as ggml does, so the GEMV of
+/// decode and the GEMM of prefill may land one f16 step apart).
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    d / b.iter().map(|y| y.abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn decode_steps_match_the_full_forward_pass() {
+    for file in ["qwen3-f16.gguf", "llama-q8_0.gguf", "qwen3k-q4_k_m.gguf"] {
+        let mut m = model(file, 16);
+        let v = m.config().vocab_size;
+        let seq: Vec<u32> = vec![5, 77, 120, 3, 250, 9, 41, 100];
+        let full = m.forward_all(std::slice::from_ref(&seq)).unwrap().remove(0);
+        let mut got = m.prefill(&[seq[..3].to_vec()]).unwrap().remove(0);
+        for (i, &t) in seq.iter().enumerate().skip(3) {
+            let want = &full[(i - 1) * v..i * v];
+            assert!(max_diff(&got, want) < 1e-3, "{file}: position {}: {}", i - 1, max_diff(&got, want));
+            got = m.decode(&[t]).unwrap().remove(0);
+        }
+        assert!(max_diff(&got, &full[(seq.len() - 1) * v..]) < 1e-3, "{file}: last position");
+        assert_eq!(m.position(), seq.len());
+    }
+}
+
+#[test]
+fn a_batch_of_different_lengths_generates_what_each_prompt_does_alone() {
+    let prompts = vec![vec![1u32, 302, 315, 291, 289], vec![1, 270], vec![1, 275, 286, 298, 10, 11, 12]];
+    let opts = GenerateOptions { max_tokens: 12, sampler: SamplerConfig::default(), stop_tokens: vec![] };
+    let mut m = model("llama-f16.gguf", 32);
+    let batched = generate_batch(&mut m, &prompts, &opts).unwrap();
+    for (p, b) in prompts.iter().zip(&batched) {
+        let alone = generate(&mut m, p, &opts, |_| true).unwrap();
+        assert_eq!(&alone.tokens, b, "prompt {p:?}");
+    }
+}
+
+#[test]
+fn stop_tokens_end_generation_and_the_callback_can_stop_it() {
+    let opts = GenerateOptions { max_tokens: 10, sampler: SamplerConfig::default(), stop_tokens: vec![] };
+    let mut m = model("llama-f16.gguf", 32);
+    let all = generate(&mut m, &[1, 302, 315], &opts, |_| true).unwrap().tokens;
+    assert_eq!(all.len(), 10);
+    let stop = GenerateOptions { stop_tokens: vec![all[3]], ..opts.clone() };
+    let first = all.iter().position(|&t| t == all[3]).unwrap();
+    assert_eq!(generate(&mut m, &[1, 302, 315], &stop, |_| true).unwrap().tokens, all[..first]);
+    let mut n = 0;
+    let some = generate(&mut m, &[1, 302, 315], &opts, |_| {
+        n += 1;
+        n < 4
+    })
+    .unwrap();
+    assert_eq!(some.tokens, all[..4]);
+    // Sampling with a seed repeats; another seed (almost surely) differs somewhere.
+    let hot = |seed| GenerateOptions {
+        sampler: SamplerConfig { temperature: 1.5, seed, ..Default::default() },
+        ..opts.clone()
+    };
+    let a = generate(&mut m, &[1, 302], &hot(7), |_| true).unwrap().tokens;
+    assert_eq!(a, generate(&mut m, &[1, 302], &hot(7), |_| true).unwrap().tokens);
+    assert_ne!(a, generate(&mut m, &[1, 302], &hot(8), |_| true).unwrap().tokens);
+}
+
+#[test]
+fn misuse_is_an_error() {
+    let mut m = model("qwen3-f16.gguf", 4);
+    assert!(m.decode(&[1]).unwrap_err().to_string().contains("before prefill"));
+    assert!(m.prefill(&[vec![1, 2, 3, 4, 5]]).unwrap_err().to_string().contains("exceeds the context"));
+    assert!(m.prefill(&[vec![100000]]).unwrap_err().to_string().contains("outside the vocabulary"));
+    m.prefill(&[vec![1, 2, 3]]).unwrap();
+    assert!(m.decode(&[1, 2]).unwrap_err().to_string().contains("batch of 1"));
+    m.decode(&[4]).unwrap();
+    assert!(m.decode(&[5]).unwrap_err().to_string().contains("is full"));
+}
+
+#[test]
+fn a_missing_or_misshaped_tensor_names_itself_and_both_shapes() {
+    use rlx_gguf::{GgufFile, GgufWriter};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llm");
+    let src = GgufFile::open(dir.join("qwen3-f16.gguf")).unwrap();
+    let write = |skip: &str, shrink: &str| {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.gguf().metadata() {
+            w.add_metadata(k.clone(), v.clone()).unwrap();
+        }
+        for t in src.tensors().filter(|t| t.info.name != skip) {
+            if t.info.name == shrink {
+                let d = [t.info.dims[0], t.info.dims[1] - 1];
+                let n = (d[0] * d[1]) as usize * 2;
+                w.add_tensor(t.info.name.clone(), &d, t.info.ty, t.data[..n].to_vec()).unwrap();
+            } else {
+                w.add_tensor(t.info.name.clone(), &t.info.dims, t.info.ty, t.data.to_vec()).unwrap();
+            }
+        }
+        let p = std::env::temp_dir().join(format!("rlx-{}-{skip}{shrink}.gguf", std::process::id()));
+        w.write_file(&p).unwrap();
+        p
+    };
+    let p = write("blk.1.ffn_up.weight", "");
+    let e = LlmModel::load(&p, Device::Cpu, 8).unwrap_err().to_string();
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("[64, 64]") && e.contains("missing"), "{e}");
+    std::fs::remove_file(p).unwrap();
+    let p = write("", "blk.0.attn_k.weight");
+    let e = LlmModel::load(&p, Device::Cpu, 8).unwrap_err().to_string();
+    assert!(e.contains("blk.0.attn_k.weight") && e.contains("[31, 64]") && e.contains("[32, 64]"), "{e}");
+    std::fs::remove_file(p).unwrap();
+}

@@ -1,0 +1,6 @@
+"""Shared pytest setup: the tests import jaxfuncs from this folder."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
