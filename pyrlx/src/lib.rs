@@ -7,6 +7,7 @@ mod builders;
 mod convert;
 mod errors;
 mod graph;
+mod llm;
 mod models;
 mod session;
 mod transforms;
@@ -19,6 +20,8 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;
     m.add_class::<session::PyCompiledGraph>()?;
     m.add_class::<models::PyEmbedder>()?;
+    m.add_class::<llm::PyLlm>()?;
+    m.add_class::<llm::PyGeneration>()?;
     m.add_function(wrap_pyfunction!(session::_time_rust_run, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     transforms::register(m)?;

@@ -1,5 +1,6 @@
-//! The `rlx` command line: `embed` sentences with a BERT-family model, `inspect` a graph or a
-//! safetensors file, list `ops`. Train, generate and bench arrive with their issues.
+//! The `rlx` command line: `train` a character-level GPT, `generate` text from a GGUF model
+//! (Qwen3, Llama) or a `train` checkpoint, `embed` sentences with a BERT-family model, `inspect`
+//! a GGUF, safetensors or graph file, list `ops`. Bench lives in crates/rlx-bench.
 
 mod generate;
 mod train;

@@ -95,7 +95,6 @@ fn qwen3_f16_matches_llama_cpp() {
 
 // llama.cpp rounds the scale of its Q8_0 activation blocks to f16 (ggml's block_q8_0); rlx-cpu
 // keeps it f32, which moves these logits ~1.5% (measured; rlx-cpu's `quantize_q80` owns the fix).
-#[ignore = "needs rlx-cpu's Q8_0 activation scale rounded to f16, as ggml does"]
 #[test]
 fn qwen3_q8_0_matches_llama_cpp() {
     check("qwen3-q8_0", "qwen3-q8_0.gguf");
@@ -120,7 +119,6 @@ fn llama_f16_matches_llama_cpp() {
 
 // llama.cpp rounds the scale of its Q8_0 activation blocks to f16 (ggml's block_q8_0); rlx-cpu
 // keeps it f32, which moves these logits ~1.5% (measured; rlx-cpu's `quantize_q80` owns the fix).
-#[ignore = "needs rlx-cpu's Q8_0 activation scale rounded to f16, as ggml does"]
 #[test]
 fn llama_q8_0_matches_llama_cpp() {
     check("llama-q8_0", "llama-q8_0.gguf");

@@ -58,10 +58,11 @@ pub fn quantize_q8k(x: &[f32], out: &mut [Q8K]) {
     }
 }
 
-/// Quantizes one row of activations to Q8_0 blocks.
+/// Quantizes one row of activations to Q8_0 blocks. The scale is rounded to f16, as ggml
+/// stores it, so dot products match llama.cpp's.
 pub fn quantize_q80(x: &[f32], out: &mut [Q80]) {
     for (b, xs) in out.iter_mut().zip(x.chunks_exact(32)) {
-        b.d = quantize_block(xs, &mut b.qs);
+        b.d = f16::from_f32(quantize_block(xs, &mut b.qs)).to_f32();
         b.sum = b.qs.iter().map(|&v| v as i32).sum();
     }
 }
