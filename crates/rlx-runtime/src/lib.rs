@@ -78,7 +78,16 @@ impl Session {
         }
         // State updates travel as trailing outputs through the optimizer.
         let (lowered, update_outputs) = g.lower_updates();
-        let (opt, report) = rlx_opt::compile_with(lowered, backend.as_ref(), self.opts)?;
+        let (opt, mut report) = rlx_opt::compile_with(lowered, backend.as_ref(), self.opts)?;
+        // The report's memory plan, as the CPU executor lays it out: updates in place where they can be.
+        let opt_params = opt.params();
+        let pairs: Vec<(rlx_ir::NodeId, rlx_ir::NodeId)> = update_outputs
+            .iter()
+            .filter_map(|(name, o)| Some((opt_params.iter().find(|(_, n)| n == name)?.0, *opt.outputs().get(*o)?)))
+            .collect();
+        if !pairs.is_empty() {
+            report.memory = rlx_opt::memory::plan_with_updates(&opt, &rlx_opt::memory::fused_in_place, &pairs)?;
+        }
         if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
             eprintln!("{}", report.dispatch);
         }
