@@ -10,6 +10,10 @@ use rlx_models::{GgufTokenizer, LlmModel, Sampler, SamplerConfig};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+/// Cache slots of a model loaded without `ctx` (grown, by reloading, when a generation needs
+/// more).
+const INITIAL_CTX: usize = 128;
+
 /// The loaded model and the id of the generation whose sequence its cache holds.
 struct Slot {
     model: LlmModel,
@@ -55,16 +59,11 @@ impl PyLlm {
 impl PyLlm {
     /// Loads the GGUF model in `path` for `device` (checks every weight up front). `threads`
     /// sets the process-wide CPU thread pool size, which is fixed once RLX first computes;
-    /// `ctx` fixes the cache size in tokens (default: grown as generation needs it).
+    /// `ctx` fixes the cache size in tokens (default: grown as generation needs it, which
+    /// reloads the weights once per growth).
     #[new]
     #[pyo3(signature = (path, device = "cpu", threads = None, ctx = None))]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        device: &str,
-        threads: Option<i64>,
-        ctx: Option<i64>,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, path: PathBuf, device: &str, threads: Option<i64>, ctx: Option<i64>) -> PyResult<Self> {
         let d = device_arg(device)?;
         if let Some(n) = threads {
             set_threads(n)?;
@@ -81,10 +80,13 @@ impl PyLlm {
                     .py()?;
                 let tok = GgufTokenizer::from_gguf(file.gguf(), &p).py()?;
                 drop(file);
-                let model = LlmModel::load(&path, d, fixed_ctx.unwrap_or(256)).py()?;
+                let model = LlmModel::load(&path, d, fixed_ctx.unwrap_or(INITIAL_CTX)).py()?;
                 Ok((tok, model))
             })
         })?;
+        if let Some(why) = d.unavailable_reason() {
+            return Err(PyRuntimeError::new_err(format!("device `{device}` is not available: {why}")));
+        }
         let context_length = model.config().context_length;
         let vocab = model.config().vocab_size.min(tok.vocab_size());
         if let Some(c) = fixed_ctx
@@ -142,7 +144,7 @@ impl PyLlm {
         top_k: Option<i64>,
         top_p: Option<f64>,
         repeat_penalty: Option<f64>,
-        seed: u64,
+        seed: i64,
         stop: Option<&Bound<'_, PyAny>>,
         ignore_eos: bool,
     ) -> PyResult<PyGeneration> {
@@ -150,9 +152,11 @@ impl PyLlm {
         let bad = |m: String| Err(PyValueError::new_err(m));
         let prompt_ids = match prompt.extract::<String>() {
             Ok(text) => me.tokenize(&text)?,
-            Err(_) => me.ids(prompt.extract::<Vec<i64>>().map_err(|_| {
-                PyValueError::new_err("prompt must be a str or a list of token ids")
-            })?)?,
+            Err(_) => me.ids(
+                prompt
+                    .extract::<Vec<i64>>()
+                    .map_err(|_| PyValueError::new_err("prompt must be a str or a list of token ids"))?,
+            )?,
         };
         if prompt_ids.is_empty() {
             return bad("the prompt is empty: give at least one token".into());
@@ -160,14 +164,11 @@ impl PyLlm {
         if max_tokens < 0 {
             return bad(format!("max_tokens must be >= 0, got {max_tokens}"));
         }
+        if seed < 0 {
+            return bad(format!("seed must be >= 0, got {seed}"));
+        }
         if top_k.is_some_and(|k| k < 0) {
             return bad(format!("top_k must be >= 0, got {}", top_k.unwrap_or(0)));
-        }
-        let max_tokens = max_tokens as usize;
-        let need = prompt_ids.len() + max_tokens;
-        let limit = me.fixed_ctx.unwrap_or(me.context_length);
-        if need > limit {
-            return bad(format!("{} prompt tokens + {max_tokens} new tokens exceed the context of {limit}", prompt_ids.len()));
         }
         let cfg = SamplerConfig {
             temperature: temperature as f32,
@@ -175,14 +176,25 @@ impl PyLlm {
             top_p: top_p.unwrap_or(1.0) as f32,
             repetition_penalty: repeat_penalty.unwrap_or(1.0) as f32,
             repeat_last_n: 64,
-            seed,
+            seed: seed as u64,
         };
         let sampler = Sampler::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let max_tokens = max_tokens as usize;
+        let need = prompt_ids.len() + max_tokens;
+        let limit = me.fixed_ctx.unwrap_or(me.context_length);
+        if need > limit {
+            return bad(format!(
+                "{} prompt tokens + {max_tokens} new tokens exceed the context of {limit}",
+                prompt_ids.len()
+            ));
+        }
         let (mut stop_tokens, mut stop_text) = (vec![], vec![]);
         if let Some(s) = stop {
             let items: Vec<Bound<'_, PyAny>> = match s.extract::<String>() {
                 Ok(_) => vec![s.clone()],
-                Err(_) => s.extract().map_err(|_| PyValueError::new_err("stop must be a str or a list of str / int"))?,
+                Err(_) => {
+                    s.extract().map_err(|_| PyValueError::new_err("stop must be a str or a list of str / int"))?
+                }
             };
             for it in items {
                 if let Ok(t) = it.extract::<String>() {
@@ -230,7 +242,8 @@ fn set_threads(n: i64) -> PyResult<()> {
     }
     let have = rlx_cpu::threads::num_threads();
     if have != n as usize {
-        let msg = format!("the CPU thread pool already runs {have} threads (fixed per process on first use); cannot use {n}");
+        let msg =
+            format!("the CPU thread pool already runs {have} threads (fixed per process on first use); cannot use {n}");
         return Err(PyValueError::new_err(msg));
     }
     Ok(())
@@ -264,6 +277,11 @@ impl PyGeneration {
             return Ok(());
         }
         let mut slot = llm.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if self.logits.is_some() && slot.run != self.run {
+            return Err(PyRuntimeError::new_err(
+                "this generation was invalidated: a later generate() on the same LLM reused its cache",
+            ));
+        }
         let logits = match self.logits.take() {
             Some(l) => l,
             None => {
@@ -286,11 +304,6 @@ impl PyGeneration {
             self.finish = Some("length");
             return Ok(());
         }
-        if slot.run != self.run {
-            return Err(PyRuntimeError::new_err(
-                "this generation was invalidated: a later generate() on the same LLM reused its cache",
-            ));
-        }
         let model = &mut slot.model;
         self.logits = Some(guard("generate", || model.decode(&[t]).py())?.remove(0));
         Ok(())
@@ -300,7 +313,7 @@ impl PyGeneration {
     /// start of a stop string until generation ends.
     fn take_text(&mut self, llm: &PyLlm) -> PyResult<Option<String>> {
         let ended = self.finish.is_some();
-        let incomplete = matches!(std::str::from_utf8(&self.bytes), Err(e) if e.error_len().is_none());
+        let incomplete = ends_mid_char(&self.bytes);
         if incomplete && !ended {
             return Ok(None);
         }
@@ -332,6 +345,13 @@ impl PyGeneration {
     fn max_stop_len(&self) -> usize {
         self.stop_text.iter().map(String::len).max().unwrap_or(0)
     }
+}
+
+/// Whether `b` ends inside a UTF-8 character that later bytes may complete.
+fn ends_mid_char(b: &[u8]) -> bool {
+    let from = b.len().saturating_sub(4);
+    let lead = (from..b.len()).rev().find(|&i| b[i] & 0xC0 != 0x80);
+    lead.is_some_and(|i| matches!(std::str::from_utf8(&b[i..]), Err(e) if e.error_len().is_none()))
 }
 
 #[pymethods]

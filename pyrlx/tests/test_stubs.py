@@ -9,7 +9,7 @@ import rlx
 from rlx import _rlx
 
 STUB = os.path.join(os.path.dirname(rlx.__file__), "_rlx.pyi")
-DUNDERS = {"__init__", "__len__", "__int__", "__index__", "__copy__", "__deepcopy__"}
+DUNDERS = {"__init__", "__len__", "__int__", "__index__", "__copy__", "__deepcopy__", "__iter__", "__next__"}
 
 
 def stub_tree():
