@@ -39,8 +39,10 @@ fn unary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let Op::Unary(u) = ctx.op else { return Err(unsupported(ctx)) };
     let kind = u.kind;
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
-        for (y, &x) in b.output::<T>().iter_mut().zip(b.input::<T>(0)) {
-            *y = kind.eval(x);
+        // f32 runs the vectorized loop of vec32.rs (polynomial exp/tanh/erf), like fused regions.
+        let (x, out) = (b.input::<T>(0), b.output::<T>());
+        if !super::vec32::unary(kind, x, out) {
+            out.iter_mut().zip(x).for_each(|(y, &x)| *y = kind.eval(x));
         }
         Ok(())
     })), else with_int!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
@@ -92,7 +94,10 @@ fn binary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let kind = op.kind;
     let p = pairing(ctx);
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
-        zip_broadcast(&p, b.input::<T>(0), b.input::<T>(1), b.output::<T>(), |x, y| kind.eval(x, y));
+        let (x, y, out) = (b.input::<T>(0), b.input::<T>(1), b.output::<T>());
+        if !(matches!(p, Pairing::Same) && super::vec32::binary(kind, x, y, out)) {
+            zip_broadcast(&p, x, y, out, |x, y| kind.eval(x, y));
+        }
         Ok(())
     })), else with_int!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         zip_broadcast(&p, b.input::<T>(0), b.input::<T>(1), b.output::<T>(), |x, y| {
