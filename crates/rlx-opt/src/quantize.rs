@@ -19,6 +19,7 @@
 //! assert_eq!(q.nodes().iter().filter(|n| n.op.def().name() == "fake_quant").count(), 2);
 //! ```
 
+use rlx_ir::ops::FakeQuant;
 use rlx_ir::{Error, Graph, HostTensor, NodeId, Op, OpTraits, Result, shape::normalize_axis};
 use std::collections::HashMap;
 
@@ -204,19 +205,20 @@ impl QuantConfig {
     }
 }
 
-/// Scale and zero point of one range on the grid of `cfg`.
-pub fn scale_and_zero(min: f64, max: f64, cfg: QuantConfig) -> (f64, f64) {
-    let levels = 2f64.powi(cfg.bits as i32) - 1.0;
-    if cfg.signed {
-        let qmax = 2f64.powi(cfg.bits as i32 - 1) - 1.0;
-        let s = min.abs().max(max.abs()) / qmax;
-        (if s > 0.0 { s } else { 1.0 }, 0.0)
-    } else {
-        let (lo, hi) = (min.min(0.0), max.max(0.0));
-        let s = (hi - lo) / levels;
-        let s = if s > 0.0 { s } else { 1.0 };
-        (s, (-lo / s).round())
+impl QuantConfig {
+    /// The integer grid's bounds (the `fake_quant` op's).
+    pub fn range(&self) -> (f64, f64) {
+        FakeQuant { bits: self.bits, signed: self.signed, axis: None }.range()
     }
+}
+
+/// Scale and zero point of one range on the grid of `cfg`: symmetric around zero when signed,
+/// else covering `min(min, 0) ..= max(max, 0)` with an integer zero point.
+pub fn scale_and_zero(min: f64, max: f64, cfg: QuantConfig) -> (f64, f64) {
+    let (lo, hi) = cfg.range();
+    let s = if cfg.signed { min.abs().max(max.abs()) / hi } else { (max.max(0.0) - min.min(0.0)) / (hi - lo) };
+    let s = if s > 0.0 { s } else { 1.0 };
+    (s, if cfg.signed { 0.0 } else { (-min.min(0.0) / s).round() })
 }
 
 /// Inserts `fake_quant` after every calibrated tap (its consumers read the quantized value);
@@ -264,11 +266,7 @@ pub fn quantize_weight(w: &HostTensor, axis: Option<i64>, cfg: QuantConfig) -> R
         *r = (r.0.min(x), r.1.max(x));
     }
     let (s, z): (Vec<f64>, Vec<f64>) = ranges.iter().map(|&(lo, hi)| scale_and_zero(lo, hi, cfg)).unzip();
-    let (lo, hi) = if cfg.signed {
-        (-(2f64.powi(cfg.bits as i32 - 1)), 2f64.powi(cfg.bits as i32 - 1) - 1.0)
-    } else {
-        (0.0, 2f64.powi(cfg.bits as i32) - 1.0)
-    };
+    let (lo, hi) = cfg.range();
     let q = v
         .iter()
         .enumerate()

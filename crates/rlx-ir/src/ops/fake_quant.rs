@@ -21,6 +21,18 @@ pub struct FakeQuant {
     pub axis: Option<i64>,
 }
 
+/// Nodes of `FakeQuant::grid`: broadcast scale and zero point, `v = x / s`, `r = round(v)`,
+/// `q = r + z`, and the grid bounds as scalars.
+struct Grid {
+    s: NodeId,
+    z: NodeId,
+    v: NodeId,
+    r: NodeId,
+    q: NodeId,
+    lo: NodeId,
+    hi: NodeId,
+}
+
 impl FakeQuant {
     /// The integer grid's bounds.
     pub fn range(&self) -> (f64, f64) {
@@ -41,13 +53,7 @@ impl FakeQuant {
     /// `round(v) - v` inside the grid, `qmin - z` or `qmax - z` where clipped.
     fn ste_parts(&self, g: &mut Graph, ins: &[NodeId]) -> (NodeId, NodeId, NodeId) {
         let x = ins[0];
-        let (s, z) = self.broadcastable(g, x, ins[1], ins[2]);
-        let dt = g.dtype(x);
-        let (lo_v, hi_v) = self.range();
-        let v = g.div(x, s);
-        let r = g.round(v);
-        let q = g.add(r, z);
-        let (lo, hi) = (g.scalar(lo_v, dt), g.scalar(hi_v, dt));
+        let Grid { z, v, r, q, lo, hi, .. } = self.grid(g, ins);
         let above_lo = g.ge(q, lo);
         let below_hi = g.le(q, hi);
         let inside = g.sub(r, v);
@@ -59,6 +65,19 @@ impl FakeQuant {
         let ds = g.where_(above_lo, inside, lo_z);
         let ds = g.where_(below_hi, ds, hi_z);
         (above_lo, below_hi, ds)
+    }
+
+    /// The unclipped grid value `q = round(x / s) + z` and its pieces, as graph nodes.
+    fn grid(&self, g: &mut Graph, ins: &[NodeId]) -> Grid {
+        let x = ins[0];
+        let (s, z) = self.broadcastable(g, x, ins[1], ins[2]);
+        let dt = g.dtype(x);
+        let (lo, hi) = self.range();
+        let v = g.div(x, s);
+        let r = g.round(v);
+        let q = g.add(r, z);
+        let (lo, hi) = (g.scalar(lo, dt), g.scalar(hi, dt));
+        Grid { s, z, v, r, q, lo, hi }
     }
 
     /// `s` and `z` as nodes broadcastable against `x`.
@@ -128,14 +147,7 @@ impl OpDef for FakeQuant {
         HostTensor::new(out.clone(), Data::F(y))
     }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
-        let (x, s, z) = (ins[0], ins[1], ins[2]);
-        let (s, z) = self.broadcastable(g, x, s, z);
-        let dt = g.dtype(x);
-        let (lo, hi) = self.range();
-        let v = g.div(x, s);
-        let r = g.round(v);
-        let q = g.add(r, z);
-        let (lo, hi) = (g.scalar(lo, dt), g.scalar(hi, dt));
+        let Grid { s, z, q, lo, hi, .. } = self.grid(g, ins);
         let q = g.maximum(q, lo);
         let q = g.minimum(q, hi);
         let q = g.sub(q, z);
