@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Decode tok/s of `rlx generate` and llama.cpp (llama-cpp-python) side by side on one GGUF file.
+"""Decode and prefill tok/s of `rlx generate` and llama.cpp (llama-cpp-python) side by side on one
+GGUF file, same threads, alternating rounds.
 
   python3 tools/tiny_llm.py --bench /tmp/bench-llama-q4_k_m.gguf   # random Llama-shaped Q4_K_M
   cargo build --release -p rlx-cli
-  python3 tools/llm_decode_bench.py /tmp/bench-llama-q4_k_m.gguf --threads 2 --runs 3
+  python3 tools/llm_decode_bench.py /tmp/bench-llama-q4_k_m.gguf --threads 2 --runs 3 --prefill 64 128
 
-Both run a 16-token prompt, then 64 one-token decode steps with an F32 KV cache; the figure is
-the median over runs (alternating rlx and llama.cpp) of decode steps per second.
+Decode: both run a 16-token prompt, then 64 one-token decode steps with an F32 KV cache; the
+figure is the median over runs of decode steps per second. Prefill (`--prefill N ...`): one prompt
+of N tokens in one batch (llama.cpp: n_batch = n_ubatch = N), prompt tokens per second.
 """
 import argparse
 import json
@@ -18,15 +20,35 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = [1] + list(range(300, 315))
+RLX = os.environ.get("RLX_BIN", str(ROOT / "target/release/rlx"))
 
 
 def rlx(model, threads, n):
-    exe = ROOT / "target/release/rlx"
+    exe = RLX
     ids = ",".join(map(str, PROMPT))
     out = subprocess.run([str(exe), "generate", "--threads", str(threads), "--model", model, "--prompt-ids", ids,
                           "--max-tokens", str(n + 1), "--temperature", "0", "--ignore-eos", "--json"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["decode_tok_s"]
+
+
+def rlx_prefill(model, threads, n):
+    exe = RLX
+    ids = ",".join(str(1 + (300 + i) % 30000) for i in range(n))
+    out = subprocess.run([str(exe), "generate", "--threads", str(threads), "--model", model, "--prompt-ids", ids,
+                          "--max-tokens", "1", "--temperature", "0", "--ignore-eos", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["prefill_tok_s"]
+
+
+def llama_cpp_prefill(model, threads, n):
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=n + 8, n_batch=n, n_ubatch=n, n_threads=threads,
+                n_threads_batch=threads, verbose=False, type_k=0, type_v=0, flash_attn=False)
+    ids = [1 + (300 + i) % 30000 for i in range(n)]
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    return n / (time.perf_counter() - t0)
 
 
 def llama_cpp(model, threads, n):
@@ -46,7 +68,21 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prefill", type=int, nargs="*", default=[], help="prompt lengths for prefill tok/s")
+    ap.add_argument("--no-decode", action="store_true")
     a = ap.parse_args()
+    print(f"load before: {os.getloadavg()}")
+    for n in a.prefill:
+        r, l = [], []
+        for _ in range(a.runs):
+            r.append(rlx_prefill(a.model, a.threads, n))
+            l.append(llama_cpp_prefill(a.model, a.threads, n))
+        mr, ml = statistics.median(r), statistics.median(l)
+        print(f"prefill {n:4d} tokens: rlx {mr:8.2f} tok/s (runs {', '.join(f'{x:.1f}' for x in r)})  "
+              f"llama.cpp {ml:8.2f} tok/s (runs {', '.join(f'{x:.1f}' for x in l)})  rlx / llama.cpp: {mr / ml:.2f}")
+    if a.no_decode:
+        print(f"load after: {os.getloadavg()}")
+        return
     r, l = [], []
     for _ in range(a.runs):
         r.append(rlx(a.model, a.threads, a.tokens))

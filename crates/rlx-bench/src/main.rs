@@ -1,7 +1,7 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS]`;
+//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS]`;
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -11,6 +11,7 @@ mod ops;
 mod peers;
 mod probe;
 mod stats;
+mod train;
 
 use peers::PyPeers;
 
@@ -64,13 +65,17 @@ fn main() {
             batches.iter().try_for_each(|&b| minilm::compare(b, 128, rounds, &mut py))
         }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
+        Some("train") => {
+            header();
+            train::compare(rounds, nums.first().copied().unwrap_or(3))
+        }
         Some("ops") => ops::run(nums.first().copied().unwrap_or(20)),
         Some("profile") => {
             let n = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS]".into())
+            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
         }
     };
     if let Err(e) = r {

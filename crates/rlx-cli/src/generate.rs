@@ -1,6 +1,7 @@
 //! `rlx generate`: text from a Qwen3 / Llama GGUF file (streamed, or one JSON object), or from
 //! a char-GPT checkpoint written by `rlx train` (`.safetensors`).
 
+use crate::embed::{bytes_bar, spinner};
 use rlx::prelude::*;
 use rlx_models::llm::{GenerateOptions, LlmModel, generate as run_generate};
 use rlx_models::{GgufTokenizer, SamplerConfig};
@@ -102,6 +103,18 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
     if ctx > m.config().context_length {
         return Err(format!("{ctx} tokens exceed the model's context length {}", m.config().context_length).into());
     }
+    // Load the mapped weights and compile both graphs before the timed prefill and decode.
+    let total = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
+    let pb = bytes_bar(total, "loading weights", a.json);
+    m.warm_weights(|done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let pb = spinner("compiling prefill and decode graphs", a.json);
+    let prepared = m.prepare(1, prompt.len());
+    pb.finish_and_clear();
+    prepared?;
     let sampler = SamplerConfig {
         temperature: a.temperature,
         top_k: a.top_k,

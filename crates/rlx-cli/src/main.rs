@@ -2,6 +2,7 @@
 //! (Qwen3, Llama) or a `train` checkpoint, `embed` sentences with a BERT-family model, `inspect`
 //! a GGUF, safetensors or graph file, list `ops`. Bench lives in crates/rlx-bench.
 
+mod embed;
 mod generate;
 mod train;
 
@@ -90,22 +91,13 @@ fn run(cli: Cli) -> Res {
     }
     let out = &mut std::io::stdout().lock();
     match cli.cmd {
-        Cmd::Embed { model, texts } => embed(out, &model, &texts, device),
+        Cmd::Embed { model, texts } => embed::embed(out, &model, &texts, device),
         Cmd::Inspect { file } => inspect(out, &file, device),
         Cmd::Ops => ops(out),
         Cmd::Train(args) => train::train(out, &args, device),
         Cmd::Generate(args) => generate::generate(out, &args, device),
     }?;
     out.flush()?;
-    Ok(())
-}
-
-fn embed(out: &mut impl Write, model: &Path, texts: &[String], device: Device) -> Res {
-    let mut m = rlx_models::SentenceEmbedder::load(model, device)?;
-    let refs: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();
-    for e in m.embed(&refs)? {
-        writeln!(out, "{}", serde_json::to_string(&e)?)?;
-    }
     Ok(())
 }
 

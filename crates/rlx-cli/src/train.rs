@@ -5,7 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rlx::prelude::*;
 use rlx_nn::gpt::{self, CharGpt, GptConfig, SampleOptions};
 use rlx_nn::optim::Schedule;
-use rlx_nn::{Adam, ParamStore, Rng, TrainConfig, TrainStep};
+use rlx_nn::{Adam, MixedPrecision, ParamStore, Rng, TrainConfig, TrainStep};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -69,6 +69,10 @@ pub struct TrainArgs {
     /// Resume from a checkpoint written by `rlx train` (params, optimizer state, config).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Mixed precision: `f16` or `bf16` matmuls with f32 master weights and dynamic loss
+    /// scaling (`f32`: off). On the CPU, half-precision matmuls run a slow path (~70x slower).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    pub amp: String,
 }
 
 fn read_text(args: &TrainArgs) -> Result<String, Box<dyn std::error::Error>> {
@@ -163,8 +167,13 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     let total = args.steps.max(start);
     let lr = Schedule::WarmupCosine { peak: args.lr, warmup: args.warmup, total, end: args.lr / 10.0 };
     let opt = Adam { b2: 0.99, ..Adam::adamw(lr, 0.1) };
-    let tc =
-        TrainConfig { accum: args.accum, clip_norm: (args.clip > 0.0).then_some(args.clip), seed: args.seed, device };
+    let amp = match args.amp.as_str() {
+        "f16" => Some(MixedPrecision::f16()),
+        "bf16" => Some(MixedPrecision::bf16()),
+        _ => None,
+    };
+    let clip_norm = (args.clip > 0.0).then_some(args.clip);
+    let tc = TrainConfig { accum: args.accum, clip_norm, seed: args.seed, device, amp };
     let t0 = Instant::now();
     let mut step = TrainStep::new(&g, &store, &opt, &tc)?;
     let mut eval = Evaluator::new(&cfg, args.batch, val_toks, device, args.seed)?;
@@ -328,6 +337,7 @@ mod tests {
             sample_chars: 20,
             out: dir.clone(),
             resume: None,
+            amp: "f16".into(), // with accumulation and resume: the loss scale is state too
         };
         let mut log = vec![];
         train(&mut log, &args, Device::Cpu).unwrap();

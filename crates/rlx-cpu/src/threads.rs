@@ -1,8 +1,9 @@
 //! The CPU thread pool: one per process, shared by every compiled graph, so several graphs never
 //! oversubscribe the cores. Its size respects the affinity mask and `RLX_NUM_THREADS`.
 //!
-//! `parallel_for` hands one job at a time to parked workers through a mutex and condvars; it
-//! allocates nothing per call, and concurrent callers take turns.
+//! `parallel_for` hands one job at a time to the workers through a mutex and condvars; it
+//! allocates nothing per call, and concurrent callers take turns. Workers and the caller spin
+//! briefly (`SPIN`) before parking, so back-to-back jobs (one per kernel) skip the futex wake-up.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +25,35 @@ pub fn num_threads() -> usize {
 
 type Task = dyn Fn(usize) + Sync;
 
+/// How long a worker polls for the next job, and the caller for the last task, before parking:
+/// `RLX_SPIN_US` microseconds (default 50; 0 parks at once, the better choice on a machine
+/// that runs more threads than it has cores).
+fn spin_limit() -> std::time::Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    let us = *US.get_or_init(|| std::env::var("RLX_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50));
+    std::time::Duration::from_micros(us)
+}
+
+/// Polls `ready` for up to `spin_limit()`; returns whether it became true.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let limit = spin_limit();
+    if limit.is_zero() {
+        return ready();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..32 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= limit {
+            return ready();
+        }
+    }
+}
+
 struct Job {
     /// The task body; valid while the caller waits in `parallel_for`.
     f: *const Task,
@@ -40,6 +70,8 @@ struct Pool {
     /// The job's generation (high 32 bits) and the next unclaimed task (low 32 bits): a worker
     /// still finishing an older job can never claim a task of the current one.
     next: AtomicU64,
+    /// The generation of the latest job posted (polled by spinning workers).
+    posted: AtomicU64,
     done: AtomicUsize,
     finished: Mutex<u64>,
     finished_cv: Condvar,
@@ -51,6 +83,13 @@ static POOL: OnceLock<&'static Pool> = OnceLock::new();
 
 thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
+    static SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This thread's index in the pool: 1.. for workers, 0 for any other thread. Kernels use it to
+/// pick per-thread scratch (callers outside the pool share slot 0 and must lock it).
+pub fn slot() -> usize {
+    SLOT.with(Cell::get)
 }
 
 fn pool() -> &'static Pool {
@@ -59,6 +98,7 @@ fn pool() -> &'static Pool {
             job: Mutex::new(None),
             wake: Condvar::new(),
             next: AtomicU64::new(0),
+            posted: AtomicU64::new(0),
             done: AtomicUsize::new(0),
             finished: Mutex::new(0),
             finished_cv: Condvar::new(),
@@ -66,7 +106,10 @@ fn pool() -> &'static Pool {
             panicked: AtomicUsize::new(0),
         }));
         for i in 1..num_threads() {
-            let spawned = std::thread::Builder::new().name(format!("rlx-cpu-{i}")).spawn(move || worker(pool));
+            let spawned = std::thread::Builder::new().name(format!("rlx-cpu-{i}")).spawn(move || {
+                SLOT.with(|c| c.set(i));
+                worker(pool)
+            });
             if spawned.is_err() {
                 break;
             }
@@ -104,6 +147,7 @@ fn worker(p: &'static Pool) {
     IN_POOL.with(|c| c.set(true));
     let mut seen = 0u64;
     loop {
+        spin_until(|| p.posted.load(Ordering::Acquire) != seen);
         let (f, tasks, generation) = {
             let mut job = p.job.lock().unwrap_or_else(|e| e.into_inner());
             loop {
@@ -121,6 +165,7 @@ fn worker(p: &'static Pool) {
 /// Starts the pool and lets every worker run once, so that later calls allocate nothing (a new
 /// thread allocates while it starts). Called when the CPU backend is created.
 pub fn start() {
+    spin_limit();
     let n = num_threads();
     if n > 1 {
         let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
@@ -156,16 +201,18 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     {
         let mut job = p.job.lock().unwrap_or_else(|e| e.into_inner());
         *job = Some(Job { f: ptr, tasks, generation });
+        p.posted.store(generation, Ordering::Release);
         p.wake.notify_all();
     }
     IN_POOL.with(|c| c.set(true));
     run_tasks(p, ptr, tasks, generation);
     IN_POOL.with(|c| c.set(false));
-    let mut fin = p.finished.lock().unwrap_or_else(|e| e.into_inner());
-    while *fin != generation {
-        fin = p.finished_cv.wait(fin).unwrap_or_else(|e| e.into_inner());
+    if !spin_until(|| p.done.load(Ordering::Acquire) == tasks) {
+        let mut fin = p.finished.lock().unwrap_or_else(|e| e.into_inner());
+        while *fin != generation {
+            fin = p.finished_cv.wait(fin).unwrap_or_else(|e| e.into_inner());
+        }
     }
-    drop(fin);
     drop(turn);
     assert_eq!(p.panicked.load(Ordering::Acquire), 0, "a parallel CPU task panicked");
 }

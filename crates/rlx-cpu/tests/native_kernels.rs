@@ -167,3 +167,35 @@ fn fused_broadcasts_across_chunk_boundaries() {
     let cpu = CpuBackend::new();
     run_samples(out, |g, feeds| rlx_driver::run_host(&cpu, g, feeds)).assert_all_pass();
 }
+
+#[test]
+fn reductions_over_contiguous_axes_rows_columns_and_strided_fallback() {
+    use rlx_ir::ops::{Reduce, ReduceKind};
+    let mut samples = vec![];
+    let shapes: [(&[usize], &[i64]); 7] = [
+        (&[16, 128, 128], &[2]),    // rows, threaded
+        (&[3, 37], &[-1]),          // short rows with a tail
+        (&[16, 128, 384], &[0, 1]), // columns (bias gradient), several column blocks
+        (&[4, 300, 7], &[1]),       // middle axis, narrow inner
+        (&[5, 6, 7], &[0, 2]),      // not contiguous: the index-map path
+        (&[2, 0, 3], &[1]),         // empty reduction
+        (&[9], &[0]),
+    ];
+    for (i, (dims, axes)) in shapes.iter().enumerate() {
+        for (j, kind) in [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min].into_iter().enumerate() {
+            let seed = (i * 4 + j) as u64;
+            let r = Reduce { kind, axes: axes.to_vec(), keep_dims: j % 2 == 0 };
+            samples.push(Sample::new(
+                format!("{kind:?}/{dims:?}/{axes:?}"),
+                r,
+                vec![rand(dims, DType::F32, -2.0, 2.0, seed)],
+            ));
+        }
+    }
+    samples.push(Sample::new(
+        "sum/f64",
+        Reduce { kind: ReduceKind::Sum, axes: vec![1], keep_dims: false },
+        vec![rand(&[33, 65], DType::F64, -1.0, 1.0, 99)],
+    ));
+    check(samples);
+}

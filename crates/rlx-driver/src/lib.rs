@@ -8,11 +8,13 @@
 mod device;
 mod legalize;
 mod movement;
+mod params;
 mod table;
 
 pub use device::{Device, Probe};
 pub use legalize::{DispatchReport, OpDispatch, legalize};
 pub use movement::{is_identity_map, movement_index_map};
+pub use params::{ParamBuffer, ParamShare, RunGroup};
 pub use table::{KernelEntry, KernelTable};
 
 use rlx_ir::{Graph, Node, Result, Shape};
@@ -66,6 +68,28 @@ pub trait Executable: Send {
     fn get_param(&self, index: usize) -> Result<Vec<u8>> {
         Err(rlx_ir::Error::eval("get_param", format!("this backend cannot read back param #{index}")))
     }
+
+    /// Name of the backend, for errors of the default methods below.
+    fn backend_name(&self) -> &'static str {
+        "this backend"
+    }
+
+    /// The buffer that holds param `index`, to bind into another executable (`bind_param`):
+    /// both then read and write the same bytes, with no copy.
+    fn share_param(&self, index: usize) -> Result<ParamShare> {
+        Err(unsupported(self.backend_name(), format!("sharing params (param #{index})")))
+    }
+
+    /// Makes param `index` use `share`'s bytes instead of its own (exact length). A writable
+    /// share joins this executable to the sharer's `RunGroup`: their runs never overlap.
+    fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
+        let _ = share;
+        Err(unsupported(self.backend_name(), format!("binding shared params (param #{index})")))
+    }
+}
+
+fn unsupported(backend: &str, missing: String) -> rlx_ir::Error {
+    rlx_ir::Error::Unsupported { backend: backend.into(), missing, report: String::new() }
 }
 
 /// Legalizes, compiles and runs `g` once on `backend` with named host tensors (inputs and params).

@@ -107,6 +107,9 @@ impl Sampler {
         if let Some(i) = logits.iter().position(|x| x.is_nan()) {
             return Err(Error::eval("sampler", format!("logit {i} is NaN")));
         }
+        if self.cfg.temperature <= 0.0 && self.cfg.repetition_penalty == 1.0 {
+            return Ok(argmax(logits) as u32);
+        }
         let mut l = logits.to_vec();
         if self.cfg.repetition_penalty != 1.0 {
             let recent = &history[history.len().saturating_sub(self.cfg.repeat_last_n)..];
@@ -126,10 +129,13 @@ impl Sampler {
         }
         // Candidates by descending logit (stable: lower id first on ties), cut to top-k.
         let mut idx: Vec<usize> = (0..l.len()).collect();
-        idx.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
-        if self.cfg.top_k > 0 {
+        let order = |&a: &usize, &b: &usize| l[b].total_cmp(&l[a]).then(a.cmp(&b));
+        if self.cfg.top_k > 0 && self.cfg.top_k < idx.len() {
+            // Partition out the k best first: the full vocabulary is never sorted.
+            idx.select_nth_unstable_by(self.cfg.top_k - 1, order);
             idx.truncate(self.cfg.top_k);
         }
+        idx.sort_unstable_by(order);
         let t = self.cfg.temperature as f64;
         let m = l[idx[0]] as f64;
         let mut p: Vec<f64> = idx.iter().map(|&i| ((l[i] as f64 - m) / t).exp()).collect();

@@ -118,3 +118,33 @@ fn a_missing_or_misshaped_tensor_names_itself_and_both_shapes() {
     assert!(e.contains("blk.0.attn_k.weight") && e.contains("[31, 64]") && e.contains("[32, 64]"), "{e}");
     std::fs::remove_file(p).unwrap();
 }
+
+#[test]
+fn prefill_and_decode_share_weights_and_cache_without_copies() {
+    use rlx_models::llm::{GraphSpec, k_cache_name};
+    use std::sync::Arc;
+    let mut m = model("qwen3k-q4_k_m.gguf", 16);
+    let v = m.config().vocab_size;
+    let seq: Vec<u32> = vec![5, 77, 120, 3, 250, 9];
+    let full = m.forward_all(std::slice::from_ref(&seq)).unwrap().remove(0);
+    m.prefill_logits(&[seq[..4].to_vec()]).unwrap();
+    m.decode_logits(&[seq[4]]).unwrap();
+    let got = m.decode_logits(&[seq[5]]).unwrap().to_vec();
+    assert!(max_diff(&got, &full[5 * v..]) < 1e-3);
+    let pre = m.compiled(&GraphSpec { batch: 1, seq: 4, cache: Some(16), all_logits: false }).unwrap();
+    let dec = m.compiled(&GraphSpec { batch: 1, seq: 1, cache: Some(16), all_logits: false }).unwrap();
+    let all = m.compiled(&GraphSpec { batch: 1, seq: 6, cache: None, all_logits: true }).unwrap();
+    let same = |a: &rlx_runtime::CompiledGraph, b: &rlx_runtime::CompiledGraph, name: &str| {
+        Arc::ptr_eq(&a.param_share(name).unwrap().buffer, &b.param_share(name).unwrap().buffer)
+    };
+    // One cache buffer, written in place by prefill and by each decode step.
+    assert!(same(pre, dec, &k_cache_name(0)));
+    for p in m.weights().params() {
+        let name = p.weight.gguf_name();
+        assert!(same(pre, dec, &name) && same(all, dec, &name), "{name}");
+        // Weights used unchanged point into the memory-mapped file: read-only, never copied.
+        if m.weights().file_range(p).is_some() {
+            assert!(!dec.param_share(&name).unwrap().buffer.is_writable(), "{name}");
+        }
+    }
+}

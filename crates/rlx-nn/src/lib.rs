@@ -6,6 +6,7 @@
 //! the compiled arena; [`checkpoint`] saves and loads them as safetensors.
 #![warn(missing_docs)]
 
+pub mod amp;
 pub mod checkpoint;
 pub mod data;
 pub mod gpt;
@@ -17,6 +18,7 @@ pub mod optim;
 pub mod quant;
 pub mod train;
 
+pub use amp::{MixedPrecision, PrecisionPolicy};
 pub use init::{Init, Rng};
 pub use layers::{Activation, Conv2d, Embedding, LayerNorm, Linear, Mlp, RmsNorm, SelfAttention, SwiGlu};
 pub use module::{Builder, ParamSpec, ParamStore};

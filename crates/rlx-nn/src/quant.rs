@@ -2,8 +2,8 @@
 //! and with a learned step size (LSQ, Esser et al. 2020), post-training calibration, and INT8
 //! export of weights with their scales.
 
-use rlx_ir::ops::CustomFn;
-use rlx_ir::ops::rules::{dims, sum_to};
+use rlx_ir::ops::FakeQuant;
+use rlx_ir::ops::rules::dims;
 use rlx_ir::{DType, Error, Graph, HostTensor, NodeId, Result, Shape};
 
 /// The largest quantized magnitude of a signed symmetric `bits`-bit code (127 for 8 bits).
@@ -11,85 +11,50 @@ pub fn qmax(bits: u32) -> f64 {
     ((1u64 << (bits.clamp(2, 16) - 1)) - 1) as f64
 }
 
-fn shape_of(g: &Graph, x: NodeId) -> Shape {
-    g.shape(x).cloned().unwrap_or(Shape::scalar(DType::F32))
-}
-
-/// `clamp(round(w / s), -q, q) * s` in `g`.
-fn quant_dequant(g: &mut Graph, w: NodeId, s: NodeId, q: f64) -> NodeId {
-    let v = g.div(w, s);
-    let r = g.round(v);
-    let (lo, hi) = (g.scalar(-q, DType::F32), g.scalar(q, DType::F32));
-    let c = g.maximum(r, lo);
-    let c = g.minimum(c, hi);
-    g.mul(c, s)
+/// The `fake_quant` op on a narrow signed `bits`-bit grid (`-qmax ..= qmax`, as `export_int8`).
+fn narrow_op(bits: u32, axis: Option<i64>, grad_scale: f64) -> FakeQuant {
+    FakeQuant { narrow: true, grad_scale, ..FakeQuant::new(bits.clamp(2, 16) as u8, true, axis) }
 }
 
 /// Fake quantization with a per-tensor scale `max|w| / qmax` and the straight-through
-/// estimator: the forward pass rounds, the backward pass passes the cotangent through.
+/// estimator: the forward pass rounds, the backward pass passes the cotangent through (the
+/// `fake_quant` op with its scale gradient stopped, since the scale is computed from `w`).
 pub fn fake_quant_ste(g: &mut Graph, w: NodeId, bits: u32) -> NodeId {
-    let sw = shape_of(g, w);
-    let q = qmax(bits);
-    let mut body = Graph::new("fake_quant_ste");
-    let x = body.input("w", sw.clone());
-    let a = body.abs(x);
-    let axes: Vec<i64> = (0..sw.rank() as i64).collect();
-    let m = if axes.is_empty() { a } else { body.max(a, &axes, false) };
-    let (qs, tiny) = (body.scalar(q, DType::F32), body.scalar(1e-12, DType::F32));
-    let s = body.div(m, qs);
-    let s = body.maximum(s, tiny);
-    let o = quant_dequant(&mut body, x, s, q);
-    body.set_outputs(vec![o]);
-    let mut vjp = Graph::new("fake_quant_ste_vjp");
-    vjp.input("w", sw.clone());
-    let ct = vjp.input("ct", sw);
-    vjp.set_outputs(vec![ct]);
-    g.custom_fn(
-        CustomFn { name: "fake_quant_ste".into(), body: Box::new(body), jvp_body: None, vjp_body: Some(Box::new(vjp)) },
-        &[w],
-    )
+    let a = g.abs(w);
+    let axes: Vec<i64> = (0..dims(g, w).len() as i64).collect();
+    let m = if axes.is_empty() { a } else { g.max(a, &axes, false) };
+    let (qs, tiny) = (g.scalar(qmax(bits), DType::F32), g.scalar(1e-12, DType::F32));
+    let s = g.div(m, qs);
+    let s = g.maximum(s, tiny);
+    let z = g.scalar(0.0, DType::F32);
+    g.fake_quant_with(w, s, z, narrow_op(bits, None, 0.0))
 }
 
-/// LSQ fake quantization of `w` with a learned step `s` (broadcastable to `w`, e.g. `[1, out]`
-/// per output channel). Gradients: `w` gets the cotangent where `|w / s| <= qmax` (STE inside
-/// the range, zero outside); `s` gets `round(v) - v` inside and `±qmax` outside, scaled by
-/// `1 / sqrt(numel(w) / numel(s) * qmax)` as in the paper.
+/// LSQ fake quantization of `w` with a learned step `s` (broadcastable to `w`, one element or
+/// one channel axis, e.g. `[1, out]` per output channel), on the `fake_quant` op. Gradients: `w`
+/// gets the cotangent where `round(w / s)` is inside `-qmax ..= qmax` (STE), zero outside; `s`
+/// gets `round(v) - v` inside and `±qmax` outside, scaled by `1 / sqrt(numel(w) / numel(s) * qmax)`
+/// as in the paper (the op's `grad_scale`).
 pub fn fake_quant_lsq(g: &mut Graph, w: NodeId, s: NodeId, bits: u32) -> NodeId {
-    let (sw, ss) = (shape_of(g, w), shape_of(g, s));
-    let q = qmax(bits);
-    let per = (sw.numel().unwrap_or(1) / ss.numel().unwrap_or(1).max(1)).max(1) as f64;
-    let mut body = Graph::new("lsq");
-    let (x, st) = (body.input("w", sw.clone()), body.input("s", ss.clone()));
-    let o = quant_dequant(&mut body, x, st, q);
-    body.set_outputs(vec![o]);
-    let mut v = Graph::new("lsq_vjp");
-    let (x, st, ct) = (v.input("w", sw.clone()), v.input("s", ss.clone()), v.input("ct", sw));
-    let r = v.div(x, st);
-    let (lo, hi) = (v.scalar(-q, DType::F32), v.scalar(q, DType::F32));
-    let inside = {
-        let a = v.ge(r, lo);
-        let b = v.le(r, hi);
-        let a = v.cast(a, DType::F32);
-        let b = v.cast(b, DType::F32);
-        v.mul(a, b)
+    let (wd, sd) = (dims(g, w), dims(g, s));
+    let (nw, ns) = (wd.iter().product::<usize>(), sd.iter().product::<usize>().max(1));
+    let gs = 1.0 / ((nw / ns).max(1) as f64 * qmax(bits)).sqrt();
+    let lead = wd.len().saturating_sub(sd.len());
+    let chans: Vec<usize> = (0..sd.len()).filter(|&i| sd[i] != 1).collect();
+    let axis = match chans.as_slice() {
+        [] => None,
+        [a] if sd.len() <= wd.len() && sd[*a] == wd[lead + a] => Some((lead + a) as i64),
+        _ => {
+            let reason =
+                format!("fake_quant_lsq needs a step with one element or one channel axis of w {wd:?}, got {sd:?}");
+            g.record(Error::InvalidGraph { graph: g.name().to_string(), reason });
+            return w;
+        }
     };
-    let dw = v.mul(ct, inside);
-    let rounded = v.round(r);
-    let err = v.sub(rounded, r);
-    let clipped = v.maximum(r, lo);
-    let clipped = v.minimum(clipped, hi);
-    let zero = v.scalar(0.0, DType::F32);
-    let is_in = v.gt(inside, zero);
-    let ds_el = v.where_(is_in, err, clipped);
-    let ds_el = v.mul(ds_el, ct);
-    let gs = v.scalar(1.0 / (per * q).sqrt(), DType::F32);
-    let ds_el = v.mul(ds_el, gs);
-    let ds = sum_to(&mut v, ds_el, &ss.fixed_dims().unwrap_or_default());
-    v.set_outputs(vec![dw, ds]);
-    g.custom_fn(
-        CustomFn { name: "fake_quant_lsq".into(), body: Box::new(body), jvp_body: None, vjp_body: Some(Box::new(v)) },
-        &[w, s],
-    )
+    let flat: Vec<usize> = axis.map(|a| vec![wd[a as usize]]).unwrap_or_default();
+    let st = g.reshape(s, &flat);
+    let z = g.full(Shape::new(&flat, DType::F32), 0.0);
+    g.fake_quant_with(w, st, z, narrow_op(bits, axis, gs))
 }
 
 /// Per-column (last axis) scale `max|w| / qmax` (min/max calibration of a weight `[in, out]`).

@@ -1,10 +1,12 @@
 //! The compiled training step: forward, backward and optimizer update in one graph.
 
+use crate::amp::{self, MixedPrecision};
 use crate::module::{NOISE_PREFIX, ParamSpec, ParamStore, noise_tensor};
 use crate::optim::{Optimizer, ParamGrad, StepBuilder, clip_by_global_norm};
 use rlx_driver::Device;
 use rlx_ir::{DType, Error, Graph, HostTensor, NodeId, Result, Shape};
 use rlx_runtime::{CompiledGraph, Session};
+use std::borrow::Cow;
 
 /// Options of a training step.
 #[derive(Debug, Clone, Copy)]
@@ -17,11 +19,13 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Where to run.
     pub device: Device,
+    /// Mixed precision with dynamic loss scaling (None: all f32, unscaled).
+    pub amp: Option<MixedPrecision>,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        TrainConfig { accum: 1, clip_norm: None, seed: 0, device: Device::Cpu }
+        TrainConfig { accum: 1, clip_norm: None, seed: 0, device: Device::Cpu, amp: None }
     }
 }
 
@@ -36,15 +40,29 @@ pub fn build_step_graph(model: &Graph, opt: &dyn Optimizer, cfg: &TrainConfig) -
     if cfg.accum == 0 {
         return Err(Error::eval("train_step", "accum must be at least 1"));
     }
-    let params: Vec<(NodeId, String)> = model.params().into_iter().map(|(id, n)| (id, n.to_string())).collect();
+    // Under mixed precision the model runs under the policy and its loss is scaled.
+    let (model, scale, mut extra) = match &cfg.amp {
+        Some(mp) => {
+            let (m, s, specs) = amp::scaled_model(model, mp)?;
+            (Cow::Owned(m), Some(s), specs)
+        }
+        None => (Cow::Borrowed(model), None, vec![]),
+    };
+    let params: Vec<(NodeId, String)> =
+        model.params().into_iter().filter(|(_, n)| *n != amp::SCALE).map(|(id, n)| (id, n.to_string())).collect();
     let ids: Vec<NodeId> = params.iter().map(|(id, _)| *id).collect();
-    let mut g = rlx_autodiff::grad_with_loss(model, &ids)?;
+    let mut g = rlx_autodiff::grad_with_loss(&model, &ids)?;
     let outs = g.outputs().to_vec();
-    let loss = outs[0];
+    let mut loss = outs[0];
     let mut grads = outs[1..].to_vec();
+    let mut finite = None;
+    if let Some(s) = scale {
+        let (l, gr, f) = amp::unscale(&mut g, s, loss, &grads);
+        (loss, grads, finite) = (l, gr, Some(f));
+    }
     let scalar = Shape::scalar(DType::F32);
     let count = g.param(COUNT, scalar.clone());
-    let mut extra = vec![ParamSpec { name: COUNT.into(), dims: vec![], init: crate::Init::Zeros }];
+    extra.push(ParamSpec { name: COUNT.into(), dims: vec![], init: crate::Init::Zeros });
     let mut pre_updates = vec![];
     let mut gate = None;
     if cfg.accum > 1 {
@@ -75,6 +93,15 @@ pub fn build_step_graph(model: &Graph, opt: &dyn Optimizer, cfg: &TrainConfig) -
     }
     let pg: Vec<ParamGrad> =
         params.iter().zip(&grads).map(|((p, n), gr)| ParamGrad { name: n.clone(), param: *p, grad: *gr }).collect();
+    let mut scale_updates = vec![];
+    if let (Some(mp), Some(s), Some(f)) = (&cfg.amp, scale, finite) {
+        scale_updates.extend(amp::next_scale(&mut g, mp, s, f, gate));
+        // Skip the update (params, optimizer state, count) when a grad is not finite.
+        gate = Some(match gate {
+            Some(last) => g.where_(last, f, last),
+            None => f,
+        });
+    }
     let mut sb = StepBuilder::new(&mut g, count, gate);
     opt.build(&mut sb, &pg)?;
     let one = sb.g.scalar(1.0, DType::F32);
@@ -82,7 +109,7 @@ pub fn build_step_graph(model: &Graph, opt: &dyn Optimizer, cfg: &TrainConfig) -
     sb.update(count, c1);
     let (state, updates) = sb.finish();
     extra.extend(state);
-    for (p, v) in pre_updates.into_iter().chain(updates) {
+    for (p, v) in pre_updates.into_iter().chain(updates).chain(scale_updates) {
         g.update_param(p, v);
     }
     g.set_outputs(vec![loss]);

@@ -7,7 +7,7 @@
 use rlx_driver::{Backend, Executable, legalize};
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, HostTensor, Op, Result};
-use rlx_opt::{PrecisionPolicy, compile_pipeline, plan, zoo};
+use rlx_opt::{FusionKind, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with, plan, zoo};
 use std::time::Instant;
 
 fn prepare(exe: &mut dyn Executable, g: &Graph) -> Result<Vec<Vec<u8>>> {
@@ -77,10 +77,13 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
         }
     }
     compile_ms.sort_by(f64::total_cmp);
+    // The same pipeline without fusion: simplify, legalize, memory plan.
+    let (nofuse, nf_report) = compile_with(g.clone(), &cpu, PipelineOptions { fuse: false, ..Default::default() })?;
     let mut a = cpu.compile(&plain)?;
     let mut b = cpu.compile(&opt)?;
-    // Alternate the two so load changes hit both alike.
-    let (mut ta, mut tb) = (vec![], vec![]);
+    let mut c = cpu.compile(&nofuse)?;
+    // Alternate the three so load changes hit all alike.
+    let (mut ta, mut tb, mut tc) = (vec![], vec![], vec![]);
     let (mut oa, mut ob) = (vec![], vec![]);
     for _ in 0..3 {
         let (t, o) = median_ms(a.as_mut(), &plain, runs)?;
@@ -89,9 +92,11 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
         let (t, o) = median_ms(b.as_mut(), &opt, runs)?;
         tb.push(t);
         ob = o;
+        tc.push(median_ms(c.as_mut(), &nofuse, runs)?.0);
     }
-    ta.sort_by(f64::total_cmp);
-    tb.sort_by(f64::total_cmp);
+    for t in [&mut ta, &mut tb, &mut tc] {
+        t.sort_by(f64::total_cmp);
+    }
     let (fa, fb) = (f32s(&oa), f32s(&ob));
     let diff = fa.iter().zip(&fb).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
     println!("{}:", g.name());
@@ -101,12 +106,22 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
         plain_naive, report.memory.arena_bytes, report.memory.naive_bytes
     );
     println!("  compile (pipeline + cpu executable): median {:.1} ms", compile_ms[2]);
-    println!("  fusion: {} regions, {} matmul epilogues", report.fusion.regions.len(), report.fusion.epilogues.len());
+    println!("  without fusion: {} nodes, arena {} bytes", nofuse.len(), nf_report.memory.arena_bytes);
     println!(
-        "  cpu median: {:.2} ms unoptimized, {:.2} ms optimized (ratio {:.2}x); max |diff| {diff:.2e}",
+        "  fusion: {} regions, {} matmul epilogues, {} norm prologues, {} candidates not fused",
+        report.fusion.count(FusionKind::Elementwise),
+        report.fusion.count(FusionKind::MatMulEpilogue),
+        report.fusion.count(FusionKind::NormPrologue),
+        report.fusion.not_fused.len()
+    );
+    println!(
+        "  cpu median: {:.2} ms unoptimized, {:.2} ms optimized without fusion, {:.2} ms optimized \
+         (ratio {:.2}x vs unoptimized, {:.2}x vs no fusion); max |diff| {diff:.2e}",
         ta[1],
+        tc[1],
         tb[1],
-        ta[1] / tb[1]
+        ta[1] / tb[1],
+        tc[1] / tb[1]
     );
     Ok(())
 }

@@ -2,63 +2,20 @@
 //! the unary/binary families, never op names) become one `fused` node that backends run as one
 //! loop. Scalar constants are inlined into the program.
 
+use crate::report::{Fusion, FusionKind, FusionReport, Reason};
 use rlx_ir::ops::{Fused, FusedMatMul, Instr};
 use rlx_ir::shape::broadcast_dims;
 use rlx_ir::{Data, Graph, Node, NodeId, Op, OpTraits, Result, Shape};
 use std::collections::HashMap;
-use std::fmt;
-
-/// One fused region in the output graph.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FusedRegion {
-    /// The fused node in the output graph.
-    pub node: u32,
-    /// Elementwise ops it replaced.
-    pub ops: usize,
-    /// Its inputs (values read from memory).
-    pub inputs: usize,
-}
-
-/// What fused, and what could not and why.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FusionReport {
-    /// Regions created.
-    pub regions: Vec<FusedRegion>,
-    /// Matmuls that absorbed their elementwise consumer as an epilogue: (node, epilogue ops).
-    pub epilogues: Vec<(u32, usize)>,
-    /// Reasons a candidate stayed outside a region (one line each).
-    pub not_fused: Vec<String>,
-}
-
-impl fmt::Display for FusionReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ops: usize = self.regions.iter().map(|r| r.ops).sum();
-        writeln!(
-            f,
-            "fusion: {} regions covering {ops} elementwise ops (ids before epilogue fusion)",
-            self.regions.len()
-        )?;
-        for r in &self.regions {
-            writeln!(f, "  fused %{}: {} ops, {} inputs", r.node, r.ops, r.inputs)?;
-        }
-        for (n, ops) in &self.epilogues {
-            writeln!(f, "  fused_matmul %{n}: matmul + {ops} epilogue ops")?;
-        }
-        for s in &self.not_fused {
-            writeln!(f, "  not fused: {s}")?;
-        }
-        Ok(())
-    }
-}
 
 /// Whether a node can join an elementwise region.
-fn candidate(n: &Node) -> bool {
+pub(crate) fn candidate(n: &Node) -> bool {
     let elementwise = n.op.def().traits().contains(OpTraits::ELEMENTWISE);
     elementwise && matches!(n.op, Op::Unary(_) | Op::Binary(_) | Op::Fused(_)) && n.ty.dtype.is_float()
 }
 
 /// Compute instructions a member contributes.
-fn op_count(n: &Node) -> usize {
+pub(crate) fn op_count(n: &Node) -> usize {
     match &n.op {
         Op::Fused(f) => f.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count(),
         _ => 1,
@@ -139,16 +96,9 @@ pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) 
     g.verify()?;
     let nodes = g.nodes();
     let n = nodes.len();
-    let mut uses = vec![0usize; n];
-    for nd in nodes {
-        for x in &nd.inputs {
-            uses[x.index()] += 1;
-        }
-    }
-    for o in g.outputs() {
-        uses[o.index()] += 1;
-    }
+    let uses = use_counts(g);
     let mut report = FusionReport::default();
+    let ew = FusionKind::Elementwise;
     let mut owner: Vec<Option<usize>> = vec![None; n];
     let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
     for r in (0..n).rev() {
@@ -161,22 +111,18 @@ pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) 
         while let Some(m) = stack.pop() {
             for &p in &nodes[m].inputs {
                 let (pi, pn) = (p.index(), &nodes[p.index()]);
+                if let Op::Cast(_) = pn.op {
+                    let from = nodes[pn.inputs[0].index()].ty.dtype.to_string();
+                    report.reject(pi, "cast", ew, Reason::DtypeChange { from, to: pn.ty.dtype.to_string() });
+                }
                 if !candidate(pn) || owner[pi].is_some() {
                     continue;
                 }
                 if uses[pi] != 1 {
-                    report.not_fused.push(format!(
-                        "%{pi} ({}) has {} users: kept as a region input",
-                        pn.op.def().name(),
-                        uses[pi]
-                    ));
+                    report.reject(pi, pn.op.def().name(), ew, Reason::MultipleConsumers(uses[pi]));
                 } else if pn.ty.dims != nodes[r].ty.dims {
-                    report.not_fused.push(format!(
-                        "%{pi} ({}) is {} but its region is {}: fusing would repeat it per broadcast element",
-                        pn.op.def().name(),
-                        pn.ty,
-                        nodes[r].ty
-                    ));
+                    let reason = Reason::Broadcast { from: pn.ty.to_string(), to: nodes[r].ty.to_string() };
+                    report.reject(pi, pn.op.def().name(), ew, reason);
                 } else {
                     owner[pi] = Some(r);
                     list.push(pi);
@@ -214,13 +160,14 @@ pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) 
             }
         }
         let Some((f, ext)) = built else {
-            report.not_fused.push(format!("%{r}: region type would change; left unfused"));
+            report.reject(r, nodes[r].op.def().name(), ew, Reason::TypeWouldChange);
             continue;
         };
         let tys: Vec<&Shape> = ext.iter().map(|x| &nodes[x.index()].ty).collect();
         let probe = Node { op: Op::Fused(f.clone()), inputs: ext.clone(), ty: nodes[r].ty.clone() };
         if !supports(&probe, &tys) {
-            report.not_fused.push(format!("%{r}: the backend has no fused kernel for {}", nodes[r].ty));
+            let what = format!("fused {} with {} inputs", nodes[r].ty, tys.len());
+            report.reject(r, nodes[r].op.def().name(), ew, Reason::BackendLacksKernel(what));
             continue;
         }
         fused_at.insert(r, (f, ext));
@@ -228,8 +175,7 @@ pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) 
     let mut out = Graph::new(g.name());
     let mut map = vec![NodeId(u32::MAX); n];
     for (i, nd) in nodes.iter().enumerate() {
-        let root = owner[i];
-        if let Some(r) = root
+        if let Some(r) = owner[i]
             && r != i
             && fused_at.contains_key(&r)
         {
@@ -238,24 +184,43 @@ pub fn fuse_elementwise(g: &Graph, supports: &dyn Fn(&Node, &[&Shape]) -> bool) 
         if let Some((f, ext)) = fused_at.get(&i) {
             let ins: Vec<NodeId> = ext.iter().map(|x| map[x.index()]).collect();
             map[i] = out.try_add(f.clone(), &ins)?;
-            report.regions.push(FusedRegion {
-                node: map[i].0,
-                ops: members[&i].iter().map(|&m| op_count(&nodes[m])).sum(),
-                inputs: ins.len(),
-            });
+            let ops = members[&i].iter().map(|&m| op_count(&nodes[m])).sum();
+            report.fused.push(Fusion { kind: ew, node: i as u32, ops, inputs: ins.len() });
             continue;
         }
         let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
         map[i] = out.try_add(nd.op.clone(), &ins)?;
     }
+    // Members of a region map to the region's node.
+    for i in 0..n {
+        if let Some(r) = owner[i]
+            && fused_at.contains_key(&r)
+        {
+            map[i] = map[r];
+        }
+    }
     out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
     out.verify()?;
-    report.regions.sort_by_key(|r| r.node);
+    report.remap(&map.iter().map(|m| m.0).collect::<Vec<_>>());
     Ok((out, report))
 }
 
+/// How many times each node is read (graph outputs count as reads).
+pub(crate) fn use_counts(g: &Graph) -> Vec<usize> {
+    let mut uses = vec![0usize; g.len()];
+    for nd in g.nodes() {
+        for x in &nd.inputs {
+            uses[x.index()] += 1;
+        }
+    }
+    for o in g.outputs() {
+        uses[o.index()] += 1;
+    }
+    uses
+}
+
 /// The elementwise consumer of a matmul as a program over its inputs.
-fn as_program(n: &Node) -> Option<Vec<Instr>> {
+pub(crate) fn as_program(n: &Node) -> Option<Vec<Instr>> {
     Some(match &n.op {
         Op::Fused(f) => f.program.clone(),
         Op::Unary(u) => vec![Instr::Input(0), Instr::Unary(u.kind, 0)],
@@ -273,26 +238,25 @@ pub fn fuse_matmul_epilogues(
     report: &mut FusionReport,
 ) -> Result<Graph> {
     let nodes = g.nodes();
-    let mut uses = vec![0usize; nodes.len()];
-    for nd in nodes {
-        for x in &nd.inputs {
-            uses[x.index()] += 1;
-        }
-    }
-    for o in g.outputs() {
-        uses[o.index()] += 1;
-    }
+    let uses = use_counts(g);
+    let kind = FusionKind::MatMulEpilogue;
     // consumer -> (matmul node, fused op)
     let mut plan: HashMap<usize, (usize, FusedMatMul, Vec<NodeId>)> = HashMap::new();
     let mut absorbed = vec![false; nodes.len()];
     for (i, nd) in nodes.iter().enumerate() {
         let Some(program) = as_program(nd).filter(|_| candidate(nd)) else { continue };
-        let Some(&m) = nd.inputs.iter().find(|x| {
-            let mn = &nodes[x.index()];
-            matches!(mn.op, Op::MatMul(_))
-                && uses[x.index()] == nd.inputs.iter().filter(|y| y == x).count()
-                && mn.ty == nd.ty
-        }) else {
+        let single = |x: &NodeId| uses[x.index()] == nd.inputs.iter().filter(|y| *y == x).count();
+        let is_mm = |x: &&NodeId| matches!(nodes[x.index()].op, Op::MatMul(_));
+        let Some(&m) = nd.inputs.iter().filter(is_mm).find(|x| single(x) && nodes[x.index()].ty == nd.ty) else {
+            // Say why each matmul input stayed a plain matmul.
+            for x in nd.inputs.iter().filter(is_mm) {
+                let reason = if !single(x) {
+                    Reason::MultipleConsumers(uses[x.index()])
+                } else {
+                    Reason::Broadcast { from: nodes[x.index()].ty.to_string(), to: nd.ty.to_string() }
+                };
+                report.reject(x.index(), "matmul", kind, reason);
+            }
             continue;
         };
         let Op::MatMul(mm) = &nodes[m.index()].op else { continue };
@@ -321,11 +285,13 @@ pub fn fuse_matmul_epilogues(
         ins.extend(&extras);
         let tys: Vec<&Shape> = ins.iter().map(|x| &nodes[x.index()].ty).collect();
         if rlx_ir::OpDef::infer(&op, &tys).ok().as_ref() != Some(&nd.ty) {
+            report.reject(m.index(), "matmul", kind, Reason::TypeWouldChange);
             continue;
         }
         let probe = Node { op: Op::FusedMatMul(op.clone()), inputs: ins.clone(), ty: nd.ty.clone() };
         if !supports(&probe, &tys) {
-            report.not_fused.push(format!("%{i}: the backend has no fused_matmul kernel for {}", nd.ty));
+            let what = format!("fused_matmul {} with {} inputs", nd.ty, tys.len());
+            report.reject(m.index(), "matmul", kind, Reason::BackendLacksKernel(what));
             continue;
         }
         absorbed[m.index()] = true;
@@ -341,13 +307,19 @@ pub fn fuse_matmul_epilogues(
             let ins: Vec<NodeId> = ins.iter().map(|x| map[x.index()]).collect();
             let ops = op.epilogue.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count();
             map[i] = out.try_add(op.clone(), &ins)?;
-            report.epilogues.push((map[i].0, ops));
+            report.fused.push(Fusion { kind, node: i as u32, ops, inputs: ins.len() });
             continue;
         }
         let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
         map[i] = out.try_add(nd.op.clone(), &ins)?;
     }
+    // A region absorbed as an epilogue is reported as the epilogue; the matmul maps to it.
+    for (&i, (m, _, _)) in &plan {
+        map[*m] = map[i];
+    }
+    report.fused.retain(|f| f.kind == kind || !plan.contains_key(&(f.node as usize)));
     out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
     out.verify()?;
+    report.remap(&map.iter().map(|m| m.0).collect::<Vec<_>>());
     Ok(out)
 }

@@ -3,7 +3,8 @@
 //! One rewrite engine (`engine`: rewrite on insertion, hash-consing, repeat until nothing fires,
 //! dead-code elimination on emission) runs small declarative rule sets (`rules`): algebraic
 //! identities, constant folding through the reference interpreter, views, broadcasts and
-//! transposes folded into matmul. `fuse` builds elementwise regions, `memory` plans the arena, and
+//! transposes folded into matmul. `fuse` builds elementwise regions and matmul epilogues,
+//! `fuse_norm` norm prologues (`report` says what fused and why not), `memory` plans the arena, and
 //! `compile_pipeline` runs it all for a backend.
 //!
 //! ```
@@ -22,15 +23,19 @@
 
 pub mod engine;
 pub mod fuse;
+pub mod fuse_norm;
 pub mod memory;
 pub mod patterns;
 pub mod pipeline;
 pub mod precision;
 pub mod quantize;
+pub mod report;
 pub mod rules;
 pub mod zoo;
 
 pub use engine::{RewriteStats, Rewriter, Rule, RuleSet, rewrite};
-pub use fuse::{FusionReport, fuse_elementwise, fuse_matmul_epilogues};
+pub use fuse::{fuse_elementwise, fuse_matmul_epilogues};
+pub use fuse_norm::fuse_norm_prologues;
 pub use memory::{MemoryPlan, Slot, SlotKind, plan};
 pub use pipeline::{CompileReport, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with};
+pub use report::{Fusion, FusionKind, FusionReport, NotFused, Reason};

@@ -1,10 +1,13 @@
 //! The compile pipeline: simplify, legalize for the backend, simplify again, fuse, plan memory.
-//! `RLX_DUMP=dir` writes the graph text after every stage.
+//! `RLX_DUMP=dir` writes the graph text after every stage; `RLX_FUSION_REPORT=1` prints the
+//! fusion report (what fused, and what could not and why) on every compile.
 
 use crate::engine::RuleSet;
 use crate::engine::{RewriteStats, rewrite};
-use crate::fuse::{FusionReport, fuse_elementwise, fuse_matmul_epilogues};
+use crate::fuse::{fuse_elementwise, fuse_matmul_epilogues};
+use crate::fuse_norm::fuse_norm_prologues;
 use crate::memory::{MemoryPlan, fused_in_place, plan};
+use crate::report::{FusionKind, FusionReport};
 use crate::rules::{MATMUL, SIMPLIFY};
 use rlx_driver::{Backend, DispatchReport, legalize};
 use rlx_ir::{Error, Graph, Result};
@@ -100,14 +103,17 @@ impl Dumper {
     }
 
     fn dump(&mut self, stage: &str, g: &Graph) -> Result<()> {
+        self.count += 1;
+        self.write(g.name(), &format!("{:02}.{stage}.rlx", self.count - 1), &g.to_text())
+    }
+
+    /// Writes `text` as `<graph>.<suffix>` in the dump directory.
+    fn write(&self, graph: &str, suffix: &str, text: &str) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
         let fail = |e: std::io::Error| Error::eval("RLX_DUMP", format!("cannot write to {}: {e}", dir.display()));
         std::fs::create_dir_all(dir).map_err(fail)?;
-        let name: String =
-            g.name().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let path = dir.join(format!("{name}.{:02}.{stage}.rlx", self.count));
-        self.count += 1;
-        std::fs::write(&path, g.to_text()).map_err(fail)
+        let name: String = graph.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        std::fs::write(dir.join(format!("{name}.{suffix}")), text).map_err(fail)
     }
 }
 
@@ -215,11 +221,17 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         let supports = |n: &rlx_ir::Node, ins: &[&rlx_ir::Shape]| backend.supports(n, ins);
         let (fused, mut rep) = fuse_elementwise(&cur, &supports)?;
         let fused = fuse_matmul_epilogues(&fused, &supports, &mut rep)?;
+        let fused = fuse_norm_prologues(&fused, &supports, &mut rep)?;
         stages.push(StageReport {
             name: "fuse",
             nodes_before: before,
             nodes_after: fused.len(),
-            detail: format!("regions:{} epilogues:{}", rep.regions.len(), rep.epilogues.len()),
+            detail: format!(
+                "regions:{} epilogues:{} prologues:{}",
+                rep.count(FusionKind::Elementwise),
+                rep.count(FusionKind::MatMulEpilogue),
+                rep.count(FusionKind::NormPrologue)
+            ),
         });
         dump.dump("fuse", &fused)?;
         cur = fused;
@@ -233,5 +245,9 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
     merge_decomposed(&mut dispatch, &first);
     let memory = plan(&cur, &fused_in_place)?;
     dump.dump("final", &cur)?;
+    dump.write(cur.name(), "fusion.txt", &fusion.to_string())?;
+    if std::env::var("RLX_FUSION_REPORT").is_ok_and(|v| v == "1") {
+        eprintln!("{}: {fusion}", cur.name());
+    }
     Ok((cur, CompileReport { stages, dispatch, fusion, memory }))
 }

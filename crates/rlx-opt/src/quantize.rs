@@ -208,7 +208,7 @@ impl QuantConfig {
 impl QuantConfig {
     /// The integer grid's bounds (the `fake_quant` op's).
     pub fn range(&self) -> (f64, f64) {
-        FakeQuant { bits: self.bits, signed: self.signed, axis: None }.range()
+        FakeQuant::new(self.bits, self.signed, None).range()
     }
 }
 

@@ -1,4 +1,4 @@
-//! `RLX_DUMP=dir` writes the graph text after every pipeline stage (its own test binary: it sets
+//! `RLX_DUMP=dir` writes the graph text after every pipeline stage and the fusion report (its own test binary: it sets
 //! an environment variable).
 
 #[test]
@@ -14,6 +14,11 @@ fn dump_writes_every_stage_as_parseable_text() {
     let mut files: Vec<String> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     files.sort();
+    // The fusion report is written beside the stage graphs.
+    assert_eq!(files.pop().as_deref(), Some("mlp.fusion.txt"), "{files:?}");
+    let fusion = std::fs::read_to_string(dir.join("mlp.fusion.txt")).unwrap();
+    assert_eq!(fusion, report.fusion.to_string());
+    assert!(fusion.contains("matmul epilogue"), "{fusion}");
     let stages: Vec<&str> = files.iter().map(|f| f.split('.').nth(2).unwrap()).collect();
     assert_eq!(stages, ["input", "simplify", "legalize", "simplify-2", "fuse", "final"], "{files:?}");
     assert_eq!(report.stages.len(), 4);

@@ -32,7 +32,7 @@ fn feeds(g: &Graph) -> Vec<(String, HostTensor)> {
 }
 
 /// Runs the pipeline on `g`, checks values, returns (legalized nodes, optimized nodes, naive
-/// bytes, planned bytes, fused regions).
+/// bytes, planned bytes, fused nodes of any kind).
 fn check(g: Graph) -> (usize, usize, usize, usize, usize) {
     let cpu = cpu_backend();
     let f = feeds(&g);
@@ -53,7 +53,7 @@ fn check(g: Graph) -> (usize, usize, usize, usize, usize) {
     // The optimized graph never needs more arena than the plain one planned the same way.
     assert!(report.memory.arena_bytes <= plain_plan.arena_bytes);
     let _ = cpu.name();
-    (plain.len(), opt.len(), plain_plan.naive_bytes, report.memory.arena_bytes, report.fusion.regions.len())
+    (plain.len(), opt.len(), plain_plan.naive_bytes, report.memory.arena_bytes, report.fusion.fused.len())
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! `CompiledGraph`: named, validated access to a backend executable.
 
-use rlx_driver::{DispatchReport, Executable};
+use rlx_driver::{DispatchReport, Executable, ParamShare};
 use rlx_ir::{DType, Error, Graph, HostTensor, Result, Shape};
+use std::ops::Range;
+use std::sync::Arc;
 
 /// A compiled graph: set params once, then run many times.
 pub struct CompiledGraph {
@@ -9,6 +11,7 @@ pub struct CompiledGraph {
     inputs: Vec<(String, Shape)>,
     params: Vec<(String, Shape)>,
     param_set: Vec<bool>,
+    input_bytes: Vec<usize>,
     outputs: Vec<Shape>,
     report: DispatchReport,
 }
@@ -23,7 +26,8 @@ impl CompiledGraph {
         let inputs: Vec<(String, Shape)> = g.inputs().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
         let params: Vec<(String, Shape)> = g.params().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
         let outputs = g.outputs().iter().map(|&o| ty(o)).collect();
-        CompiledGraph { exe, param_set: vec![false; params.len()], inputs, params, outputs, report }
+        let input_bytes = inputs.iter().map(|(_, s)| s.size_bytes().unwrap_or(0)).collect();
+        CompiledGraph { exe, param_set: vec![false; params.len()], inputs, params, input_bytes, outputs, report }
     }
 
     /// Input names and types, in graph order.
@@ -87,6 +91,63 @@ impl CompiledGraph {
 
     fn set_param_index(&mut self, i: usize, bytes: &[u8]) -> Result<()> {
         self.exe.set_param(i, bytes)?;
+        self.param_set[i] = true;
+        Ok(())
+    }
+
+    /// Makes the params `names` of this graph use `source`'s buffers, with no copy: a write
+    /// through either graph (`set_param`, a state update such as a KV cache) is seen by both.
+    /// Each name must be a param of both graphs with the same type, set in `source`.
+    /// Graphs sharing writable params never run at the same time (a lock they share), so
+    /// they may live on different threads; a graph joins one such group only.
+    pub fn share_params_from(&mut self, source: &CompiledGraph, names: &[&str]) -> Result<()> {
+        for &name in names {
+            let (i, j) = (self.param_index(name)?, source.param_index(name)?);
+            let (here, there) = (&self.params[i].1, &source.params[j].1);
+            if here.dtype != there.dtype {
+                return Err(Error::DTypeMismatch {
+                    kind: "shared param",
+                    name: name.into(),
+                    expected: here.dtype,
+                    got: there.dtype,
+                });
+            }
+            if here != there {
+                let reason = format!("param `{name}` is {here} here but {there} in the graph it is shared from");
+                return Err(Error::eval("share_params_from", reason));
+            }
+            if !source.param_set[j] {
+                return Err(Error::ParamNotSet { name: name.into(), shape: there.clone() });
+            }
+            let share = source.exe.share_param(j)?;
+            self.exe.bind_param(i, share)?;
+            self.param_set[i] = true;
+        }
+        Ok(())
+    }
+
+    /// The buffer behind param `name` (to compare identities, or to bind elsewhere).
+    pub fn param_share(&self, name: &str) -> Result<ParamShare> {
+        self.exe.share_param(self.param_index(name)?)
+    }
+
+    /// Binds param `name` to bytes `range` of `owner` (a memory-mapped weight file), read-only
+    /// and with no copy; `dtype` must be the param's and the length exact. Such a param can be
+    /// shared (`share_params_from`) but not written (`set_param`, state updates).
+    pub fn bind_param_external(
+        &mut self,
+        name: &str,
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        range: Range<usize>,
+        dtype: DType,
+    ) -> Result<()> {
+        let i = self.param_index(name)?;
+        let shape = &self.params[i].1;
+        if dtype != shape.dtype {
+            return Err(Error::DTypeMismatch { kind: "param", name: name.into(), expected: shape.dtype, got: dtype });
+        }
+        check_len("param", name, shape, range.len())?;
+        self.exe.bind_param(i, ParamShare::external(owner, range)?)?;
         self.param_set[i] = true;
         Ok(())
     }
@@ -163,8 +224,11 @@ impl CompiledGraph {
             let (name, shape) = &self.params[i];
             return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
         }
-        for ((name, shape), b) in self.inputs.iter().zip(inputs) {
-            check_len("input", name, shape, b.len())?;
+        for (((name, shape), b), &n) in self.inputs.iter().zip(inputs).zip(&self.input_bytes) {
+            // Precomputed sizes: `Shape::numel` would allocate on this allocation-free path.
+            if b.len() != n {
+                check_len("input", name, shape, b.len())?;
+            }
         }
         self.exe.run(inputs, outputs)
     }

@@ -14,6 +14,8 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     /// The limits granted (the adapter's own).
     pub limits: wgpu::Limits,
+    /// Optional features enabled on the device (SHADER_F16 where the adapter has it).
+    pub features: wgpu::Features,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -51,9 +53,15 @@ fn open() -> std::result::Result<Arc<Gpu>, String> {
     };
     let info = adapter.get_info();
     let limits = adapter.limits();
+    // f16 storage and arithmetic where the adapter has them; RLX_WGPU_F16=0 turns them off
+    // (to test the error an adapter without them gives).
+    let mut features = adapter.features() & wgpu::Features::SHADER_F16;
+    if std::env::var("RLX_WGPU_F16").is_ok_and(|v| v == "0") {
+        features = wgpu::Features::empty();
+    }
     let desc = wgpu::DeviceDescriptor {
         label: Some("rlx"),
-        required_features: wgpu::Features::empty(),
+        required_features: features,
         required_limits: limits.clone(),
         experimental_features: wgpu::ExperimentalFeatures::disabled(),
         memory_hints: wgpu::MemoryHints::Performance,
@@ -61,7 +69,7 @@ fn open() -> std::result::Result<Arc<Gpu>, String> {
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&desc))
         .map_err(|e| format!("adapter `{}` refused a device: {e}", info.name))?;
-    Ok(Arc::new(Gpu { device, queue, info, limits, pipelines: Mutex::new(HashMap::new()) }))
+    Ok(Arc::new(Gpu { device, queue, info, limits, features, pipelines: Mutex::new(HashMap::new()) }))
 }
 
 /// The shared GPU, opened on first use; a clear `DeviceUnavailable` error when there is none.
@@ -72,6 +80,11 @@ pub fn gpu() -> Result<Arc<Gpu>> {
 /// Whether a usable adapter exists (opens the device once, then answers from the cache).
 pub fn available() -> std::result::Result<(), String> {
     GPU.get_or_init(open).as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+/// Whether the device computes with f16 (wgpu's SHADER_F16); false without an adapter.
+pub fn has_f16() -> bool {
+    GPU.get_or_init(open).as_ref().is_ok_and(|g| g.features.contains(wgpu::Features::SHADER_F16))
 }
 
 /// The availability probe for `rlx_driver::Device::Wgpu`: None when a device opened, else why not.

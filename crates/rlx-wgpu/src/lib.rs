@@ -4,7 +4,9 @@
 //! A kernel table like the CPU's: elementwise ops and fused regions get WGSL generated from the
 //! ops' own scalar expressions (`wexpr`); matmul, reductions, softmax, norms, gather and rope
 //! have hand-written WGSL; data movement uses index maps derived from the ops' references.
-//! Everything computes in f32; composites without a kernel (attention, conv, pools, gelu...)
+//! Floats compute in f32 (f16 buffers, where the device has shader-f16, are read into f32 and
+//! rounded at the store); i32/u32 natively; i64 as word pairs in casts, compares, indexing and
+//! movement; u8/i8 packed four to a word. Composites without a kernel (attention, conv, pools, gelu...)
 //! run through their decompositions, and what is left is an `Unsupported` error with the
 //! dispatch report (no host fallback).
 #![warn(missing_docs)]

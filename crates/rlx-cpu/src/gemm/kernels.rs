@@ -8,7 +8,7 @@
 #[allow(clippy::too_many_arguments)]
 unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
     kc: usize,
-    a: *const T,
+    a: super::APanel<T>,
     b: *const T,
     c: *mut T,
     rs: isize,
@@ -19,8 +19,8 @@ unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
     let mut acc = [[T::default(); NR]; MR];
     for p in 0..kc {
         for (i, row) in acc.iter_mut().enumerate() {
-            // SAFETY: panels hold kc * MR and kc * NR elements.
-            let av = unsafe { *a.add(p * MR + i) };
+            // SAFETY: rows past `m` read row m - 1 (discarded); A covers m x kc.
+            let av = unsafe { *a.ptr.offset(i.min(m - 1) as isize * a.rs + p as isize * a.cs) };
             for (j, v) in row.iter_mut().enumerate() {
                 *v = *v + av * unsafe { *b.add(p * NR + j) };
             }
@@ -42,7 +42,7 @@ unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn micro_f32(
     kc: usize,
-    a: *const f32,
+    a: super::APanel<f32>,
     b: *const f32,
     c: *mut f32,
     rs: isize,
@@ -65,7 +65,7 @@ pub unsafe fn micro_f32(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn micro_f64(
     kc: usize,
-    a: *const f64,
+    a: super::APanel<f64>,
     b: *const f64,
     c: *mut f64,
     rs: isize,
@@ -126,7 +126,7 @@ mod x86 {
             #[allow(clippy::too_many_arguments)]
             pub unsafe fn $name(
                 kc: usize,
-                a: *const $t,
+                a: super::super::APanel<$t>,
                 b: *const $t,
                 c: *mut $t,
                 rs: isize,
@@ -136,15 +136,20 @@ mod x86 {
             ) {
                 const NR: usize = 2 * $lanes;
                 let mut r = [[$zero(); 2]; 6];
-                for p in 0..kc {
-                    let b0 = $load(b.add(p * NR));
-                    let b1 = $load(b.add(p * NR + $lanes));
-                    let ap = a.add(p * 6);
+                // Row offsets; rows past m re-read row m - 1 (never out of bounds, discarded).
+                let off: [isize; 6] = std::array::from_fn(|i| i.min(m - 1) as isize * a.rs);
+                let mut ap = a.ptr;
+                let mut bp = b;
+                for _ in 0..kc {
+                    let b0 = $load(bp);
+                    let b1 = $load(bp.add($lanes));
                     for (i, row) in r.iter_mut().enumerate() {
-                        let av = $bcast(&*ap.add(i));
+                        let av = $bcast(&*ap.offset(off[i]));
                         row[0] = $fma(av, b0, row[0]);
                         row[1] = $fma(av, b1, row[1]);
                     }
+                    ap = ap.offset(a.cs);
+                    bp = bp.add(NR);
                 }
                 store_tile!($t, $lanes, r, $store, $load, $add, c, rs, m, n, acc);
             }

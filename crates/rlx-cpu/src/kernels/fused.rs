@@ -70,9 +70,25 @@ fn fused(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     with_float!(ctx.out.dtype, T => Ok(build::<T>(program, srcs, n)), else Err(unsupported(ctx)))
 }
 
-/// The matmul kernel of the table writes the output; the epilogue then runs over it in place.
+/// f32/f64: the packed GEMM runs the epilogue on each finished block of the output while it is
+/// in cache, on the GEMM's threads. Other dtypes: the table's matmul kernel writes the output and
+/// the epilogue then runs over it in place.
 fn fused_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let Op::FusedMatMul(f) = ctx.op else { return Err(unsupported(ctx)) };
+    let od = ctx.out_dims();
+    let mut srcs = vec![(Buf::Out, Src::Same)];
+    srcs.extend((2..ctx.ins.len()).map(|i| (Buf::In(i), src(&od, &ctx.in_dims(i)))));
+    let (program, n) = (f.epilogue.program.clone(), od.iter().product());
+    let same = ctx.ins[..2].iter().all(|s| s.dtype == ctx.out.dtype);
+    match ctx.out.dtype {
+        rlx_ir::DType::F32 if same => {
+            return Ok(in_gemm::<f32>(super::matmul::geometry(ctx, &f.matmul), program, srcs));
+        }
+        rlx_ir::DType::F64 if same => {
+            return Ok(in_gemm::<f64>(super::matmul::geometry(ctx, &f.matmul), program, srcs));
+        }
+        _ => {}
+    }
     let mm_op = Op::MatMul(f.matmul.clone());
     let mm_ctx = KernelCtx { op: &mm_op, ins: &ctx.ins[..2], out: ctx.out };
     let node = rlx_ir::Node { op: mm_op.clone(), inputs: vec![], ty: ctx.out.clone() };
@@ -80,10 +96,6 @@ fn fused_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let ins: Vec<&rlx_ir::Shape> = ctx.ins[..2].iter().collect();
     let entry = table.lookup(&node, &ins).ok_or_else(|| unsupported(ctx))?;
     let mut gemm = (entry.build)(&mm_ctx)?;
-    let od = ctx.out_dims();
-    let mut srcs = vec![(Buf::Out, Src::Same)];
-    srcs.extend((2..ctx.ins.len()).map(|i| (Buf::In(i), src(&od, &ctx.in_dims(i)))));
-    let (program, n) = (f.epilogue.program.clone(), od.iter().product());
     let mut epilogue = with_float!(ctx.out.dtype, T => build::<T>(program, srcs, n), else return Err(unsupported(ctx)));
     Ok(Box::new(move |b: &Bufs<'_>| {
         gemm(&b.first_inputs(2))?;
@@ -91,61 +103,139 @@ fn fused_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }))
 }
 
+/// The epilogue inside the packed GEMM. Its inputs never alias the output (only `fused` nodes
+/// run in place), so they are read as whole slices from any thread.
+fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
+    geo: super::matmul::Geometry,
+    program: Vec<Instr>,
+    srcs: Vec<(Buf, Src)>,
+) -> Kernel {
+    let prog = Prog::new(program, srcs);
+    // One scratch per concurrent caller (the pool's threads); each call takes a free one.
+    let scratch: Vec<std::sync::Mutex<Vec<T>>> = (0..crate::threads::num_threads() + 1)
+        .map(|_| std::sync::Mutex::new(vec![T::from_f64(0.0); prog.program.len() * CHUNK]))
+        .collect();
+    let mut ins: Vec<(usize, usize)> = Vec::with_capacity(prog.srcs.len() + 1);
+    let mut cache = super::matmul::BCache::<T>::default();
+    Box::new(move |b: &Bufs<'_>| {
+        // Input slices as (address, length), so the callback is Sync.
+        ins.clear();
+        ins.extend((0..b.num_inputs()).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
+        let out = b.output::<T>();
+        let (optr, olen) = (out.as_mut_ptr() as usize, out.len());
+        let ins = &ins;
+        let epi = |s0: usize, len: usize| {
+            let mut regs = scratch.iter().find_map(|m| m.try_lock().ok()).expect("a free epilogue scratch");
+            let mut s = s0;
+            while s < s0 + len {
+                let e = (s + CHUNK).min(s0 + len);
+                assert!(e <= olen, "epilogue range out of bounds");
+                // SAFETY: `s..e` is a finished run of the output that only this call touches.
+                let o = unsafe { std::slice::from_raw_parts_mut((optr as *mut T).add(s), e - s) };
+                let res = prog.eval(&mut regs, s, e - s, |k, src, r| match k {
+                    Buf::Out => r.copy_from_slice(o),
+                    Buf::In(i) => {
+                        let (p, l) = ins[i];
+                        // SAFETY: a live input buffer of the step, disjoint from the output.
+                        fill(src, unsafe { std::slice::from_raw_parts(p as *const T, l) }, r, s);
+                    }
+                });
+                o.copy_from_slice(res);
+                s = e;
+            }
+        };
+        let pb = cache.get(b.input_version(1), &geo, b.input::<T>(1));
+        super::matmul::packed::<T>(&geo, b.input::<T>(0), b.input::<T>(1), out, pb, Some(&epi));
+        Ok(())
+    })
+}
+
+/// An elementwise program with its constants and input layouts.
+struct Prog<T> {
+    program: Vec<Instr>,
+    consts: Vec<T>,
+    srcs: Vec<(Buf, Src)>,
+}
+
+impl<T: FloatElem> Prog<T> {
+    fn new(program: Vec<Instr>, srcs: Vec<(Buf, Src)>) -> Self {
+        let consts = program.iter().map(|i| T::from_f64(if let Instr::Const(c) = *i { c } else { 0.0 })).collect();
+        Prog { program, consts, srcs }
+    }
+
+    /// Evaluates output elements `s..s+len` (len <= CHUNK) into `regs` and returns the result;
+    /// `load(buf, src, r)` fills register `r` with an input.
+    fn eval<'r>(&self, regs: &'r mut [T], s: usize, len: usize, mut load: impl FnMut(Buf, &Src, &mut [T])) -> &'r [T] {
+        let _ = s;
+        for (k, ins) in self.program.iter().enumerate() {
+            let (done, rest) = regs.split_at_mut(k * CHUNK);
+            let r = &mut rest[..len];
+            let reg = |a: usize| &done[a * CHUNK..a * CHUNK + len];
+            match *ins {
+                Instr::Input(i) => {
+                    let (buf, src) = &self.srcs[i];
+                    load(*buf, src, r)
+                }
+                Instr::Const(_) => r.fill(self.consts[k]),
+                // f32 runs vectorized loops (vec32.rs); other dtypes evaluate the expression here.
+                Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), r) => {
+                    r.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
+                }
+                Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), r) => {
+                    r.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
+                }
+                Instr::Unary(..) | Instr::Binary(..) => {}
+            }
+        }
+        let last = self.program.len() - 1;
+        &regs[last * CHUNK..last * CHUNK + len]
+    }
+}
+
+/// Fills `r` with output elements `s..s+r.len()` of an input `x` laid out as `src`.
+fn fill<T: Copy>(src: &Src, x: &[T], r: &mut [T], s: usize) {
+    let len = r.len();
+    match src {
+        Src::Same => r.copy_from_slice(&x[s..s + len]),
+        Src::Splat => r.fill(x[0]),
+        Src::Cycle(c) => {
+            // Runs of consecutive input elements, wrapping at the input's end.
+            let (c, mut p, mut done) = (*c, s % c, 0);
+            while done < len {
+                let take = (c - p).min(len - done);
+                r[done..done + take].copy_from_slice(&x[p..p + take]);
+                (done, p) = (done + take, 0);
+            }
+        }
+        Src::Repeat(c) => {
+            // Runs of one input element, each `c` output elements long.
+            let (c, mut done) = (*c, 0);
+            while done < len {
+                let at = s + done;
+                let take = (c - at % c).min(len - done);
+                r[done..done + take].fill(x[at / c]);
+                done += take;
+            }
+        }
+        Src::Map(m) => r.iter_mut().zip(&m[s..s + len]).for_each(|(o, &j)| *o = x[j as usize]),
+    }
+}
+
 fn build<T: FloatElem>(program: Vec<Instr>, srcs: Vec<(Buf, Src)>, n: usize) -> Kernel {
-    let zero = T::from_f64(0.0);
-    let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { zero }).collect();
-    let mut regs = vec![zero; program.len() * CHUNK];
-    let last = program.len() - 1;
+    let prog = Prog::<T>::new(program, srcs);
+    let mut regs = vec![T::from_f64(0.0); prog.program.len() * CHUNK];
     Box::new(move |b: &Bufs<'_>| {
         let mut s = 0;
         while s < n {
             let e = (s + CHUNK).min(n);
-            let len = e - s;
-            for (k, ins) in program.iter().enumerate() {
-                let (done, rest) = regs.split_at_mut(k * CHUNK);
-                let r = &mut rest[..len];
-                let reg = |a: usize| &done[a * CHUNK..a * CHUNK + len];
-                match *ins {
-                    Instr::Input(i) => match &srcs[i] {
-                        (Buf::Out, _) => r.copy_from_slice(b.output_range::<T>(s, e)),
-                        (Buf::In(i), Src::Same) => r.copy_from_slice(b.input_range::<T>(*i, s, e)),
-                        (Buf::In(i), Src::Splat) => r.fill(b.input_range::<T>(*i, 0, 1)[0]),
-                        (Buf::In(i), Src::Cycle(c)) => {
-                            // Runs of consecutive input elements, wrapping at the input's end.
-                            let (x, mut p, mut done) = (b.input::<T>(*i), s % c, 0);
-                            while done < len {
-                                let take = (c - p).min(len - done);
-                                r[done..done + take].copy_from_slice(&x[p..p + take]);
-                                (done, p) = (done + take, 0);
-                            }
-                        }
-                        (Buf::In(i), Src::Repeat(c)) => {
-                            // Runs of one input element, each `c` output elements long.
-                            let (x, mut done) = (b.input::<T>(*i), 0);
-                            while done < len {
-                                let at = s + done;
-                                let take = (c - at % c).min(len - done);
-                                r[done..done + take].fill(x[at / c]);
-                                done += take;
-                            }
-                        }
-                        (Buf::In(i), Src::Map(m)) => {
-                            let x = b.input::<T>(*i);
-                            r.iter_mut().zip(&m[s..e]).for_each(|(o, &j)| *o = x[j as usize]);
-                        }
-                    },
-                    Instr::Const(_) => r.fill(consts[k]),
-                    // f32 runs vectorized loops (vec32.rs); other dtypes evaluate the expression here.
-                    Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), r) => {
-                        r.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
-                    }
-                    Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), r) => {
-                        r.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
-                    }
-                    Instr::Unary(..) | Instr::Binary(..) => {}
-                }
-            }
-            b.output_range::<T>(s, e).copy_from_slice(&regs[last * CHUNK..last * CHUNK + len]);
+            let res = prog.eval(&mut regs, s, e - s, |buf, src, r| match (buf, src) {
+                (Buf::Out, _) => r.copy_from_slice(b.output_range::<T>(s, e)),
+                // In place: read this chunk of the input before the chunk is written.
+                (Buf::In(i), Src::Same) => r.copy_from_slice(b.input_range::<T>(i, s, e)),
+                (Buf::In(i), Src::Splat) => r.fill(b.input_range::<T>(i, 0, 1)[0]),
+                (Buf::In(i), src) => fill(src, b.input::<T>(i), r, s),
+            });
+            b.output_range::<T>(s, e).copy_from_slice(res);
             s = e;
         }
         Ok(())

@@ -3,6 +3,7 @@
 mod attention;
 mod elementwise;
 mod fused;
+mod fused_norm;
 mod indexing;
 mod math;
 mod matmul;
@@ -81,6 +82,7 @@ pub fn table() -> KernelTable<KernelBuilder> {
     let mut t = KernelTable::new();
     elementwise::register(&mut t);
     fused::register(&mut t);
+    fused_norm::register(&mut t);
     indexing::register(&mut t);
     reduce::register(&mut t);
     matmul::register(&mut t);

@@ -3,10 +3,15 @@
 //! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
 //! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2 or portable int8 dot
 //! products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
-//! Decode (one row) splits the output features over threads; prefill quantizes each activation
-//! row once and reuses every weight row across a tile of activation rows.
+//! Decode (one row) splits the output features over threads. Prefill (m > 1) quantizes each
+//! activation row once and runs a batched int8 matmul (`gemm.rs`): weight rows unpacked once into
+//! a small tile that every activation row reuses.
 
+#[cfg(target_arch = "x86_64")]
+mod blocks4;
 mod dot;
+#[cfg(target_arch = "x86_64")]
+mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -74,27 +79,43 @@ pub enum RowDot {
 }
 
 macro_rules! pick {
-    ($isa:expr, $f:ident) => {
+    ($isa:expr, $m:ident, $f:ident) => {
         match $isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Isa::detect` chose this path only when the CPU has these features.
-            Isa::Vnni => |w: &[u8], a: &_| unsafe { x86::vnni::$f(w, a) },
+            Isa::Vnni => |w: &[u8], a: &_| unsafe { $m::vnni::$f(w, a) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Isa::Avx2 => |w: &[u8], a: &_| unsafe { x86::avx2::$f(w, a) },
+            Isa::Avx2 => |w: &[u8], a: &_| unsafe { $m::avx2::$f(w, a) },
             _ => dot::$f,
         }
     };
 }
 
 /// The int8 row dot product for `scheme` on `isa`, or None when the scheme has none.
+/// Q8_0 takes four blocks per step by default (1.4-2x faster); Q4_K and Q6_K one block, as the
+/// four-block form ran no faster from DRAM here. `RLX_QUANT_BLOCKS=1` or `=4` forces either form
+/// for every scheme (for comparisons).
 pub fn row_dot(scheme: QuantScheme, isa: Isa) -> Option<RowDot> {
-    Some(match scheme {
-        QuantScheme::Q4_K => RowDot::K(pick!(isa, q4k)),
-        QuantScheme::Q5_K => RowDot::K(pick!(isa, q5k)),
-        QuantScheme::Q6_K => RowDot::K(pick!(isa, q6k)),
-        QuantScheme::Q8_0 => RowDot::Z(pick!(isa, q8_0)),
-        QuantScheme::Q4_0 => RowDot::Z(pick!(isa, q4_0)),
+    let four = match std::env::var("RLX_QUANT_BLOCKS").as_deref() {
+        Ok("1") => false,
+        Ok("4") => true,
+        _ => scheme == QuantScheme::Q8_0,
+    };
+    row_dot_with(scheme, isa, four)
+}
+
+/// As `row_dot`; `four` picks the four-blocks-per-step kernels where a scheme has them.
+pub fn row_dot_with(scheme: QuantScheme, isa: Isa, four: bool) -> Option<RowDot> {
+    Some(match (scheme, four) {
+        (QuantScheme::Q4_K, true) => RowDot::K(pick!(isa, blocks4, q4k)),
+        (QuantScheme::Q4_K, false) => RowDot::K(pick!(isa, x86, q4k)),
+        (QuantScheme::Q5_K, _) => RowDot::K(pick!(isa, x86, q5k)),
+        (QuantScheme::Q6_K, true) => RowDot::K(pick!(isa, blocks4, q6k)),
+        (QuantScheme::Q6_K, false) => RowDot::K(pick!(isa, x86, q6k)),
+        (QuantScheme::Q8_0, true) => RowDot::Z(pick!(isa, blocks4, q8_0)),
+        (QuantScheme::Q8_0, false) => RowDot::Z(pick!(isa, x86, q8_0)),
+        (QuantScheme::Q4_0, _) => RowDot::Z(pick!(isa, x86, q4_0)),
         _ => return None,
     })
 }
@@ -167,6 +188,9 @@ struct BuiltQMatMul {
 impl BuiltQMatMul {
     fn kernel(self) -> Result<Kernel> {
         let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        if m > 1 && batched(scheme, isa) {
+            return Ok(self.batched_kernel());
+        }
         match row_dot(scheme, isa) {
             Some(RowDot::K(f)) => {
                 // Scratch for the quantized activations, allocated once here.
@@ -193,6 +217,59 @@ impl BuiltQMatMul {
             }
             None => Ok(Box::new(move |b: &Bufs<'_>| generic(scheme, k, rb, m, n, b))),
         }
+    }
+}
+
+/// Whether prefill (m > 1) takes the batched int8 matmul; `RLX_QUANT_GEMM=0` turns it off
+/// (row dot products per activation row instead, for comparisons).
+fn batched(scheme: QuantScheme, isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::env::var("RLX_QUANT_GEMM").map_or(true, |v| v != "0") && gemm::supported(scheme, isa)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (scheme, isa);
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl BuiltQMatMul {
+    /// The batched (prefill) kernel: activations quantized once per row, weight rows unpacked
+    /// once per call into tiles that every activation row reuses.
+    fn batched_kernel(self) -> Kernel {
+        let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        if scheme.block_size() == 256 {
+            let mut act = vec![Q8K::default(); m * k / 256];
+            let mut scratch = gemm::Scratch::new(m, k);
+            Box::new(move |b: &Bufs<'_>| {
+                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                    dot::quantize_q8k(x, a);
+                }
+                let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                gemm::gemm_k(isa, scheme, &act, (m, k), b.input::<u8>(1), rb, n, y, &mut scratch);
+                Ok(())
+            })
+        } else {
+            let mut act = vec![Q80::default(); m * k / 32];
+            let scratch = gemm::Scratch::new(m, k);
+            Box::new(move |b: &Bufs<'_>| {
+                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                    dot::quantize_q80(x, a);
+                }
+                let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                gemm::gemm_0(isa, scheme, &act, (m, k), b.input::<u8>(1), rb, n, y, &scratch);
+                Ok(())
+            })
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl BuiltQMatMul {
+    fn batched_kernel(self) -> Kernel {
+        unreachable!("no batched quantized kernel off x86_64")
     }
 }
 

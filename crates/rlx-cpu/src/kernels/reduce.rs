@@ -1,8 +1,10 @@
 //! Reductions (sum, mean, max, min, prod) and argmax. Floats accumulate in f64, ints in i64.
 
+use super::math::SharedMut;
 use super::{Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
+use crate::threads::{num_threads, parallel_for};
 use crate::{with_float, with_int};
 use rlx_driver::KernelTable;
 use rlx_ir::ops::ReduceKind;
@@ -24,6 +26,11 @@ fn reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let count: usize = axes.iter().map(|&a| dims[a]).product();
     let n_out = ctx.out.numel().unwrap_or(0);
     let kind = r.kind;
+    if let Some(split) = contiguous_split(&dims, &axes)
+        && let Some(k) = with_float!(ctx.out.dtype, T => Some(strided::<T>(split, kind)), else None)
+    {
+        return Ok(k);
+    }
     with_float!(ctx.out.dtype, T => {
         let mut acc = vec![0.0f64; n_out];
         Ok(Box::new(move |b: &Bufs<'_>| {
@@ -88,4 +95,89 @@ fn argmax(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }
     with_float!(ctx.ins[0].dtype, T => body!(T, |x: T| x.to_f64()),
         else with_int!(ctx.ins[0].dtype, T => body!(T, |x: T| x.to_i64() as f64), else Err(unsupported(ctx))))
+}
+
+/// `(outer, reduced, inner)` when the reduced axes form one contiguous run of dims.
+fn contiguous_split(dims: &[usize], axes: &[usize]) -> Option<(usize, usize, usize)> {
+    let (&first, &last) = (axes.first()?, axes.last()?);
+    if last - first + 1 != axes.len() {
+        return None;
+    }
+    let prod = |d: &[usize]| d.iter().product::<usize>();
+    Some((prod(&dims[..first]), prod(&dims[first..=last]), prod(&dims[last + 1..])))
+}
+
+/// Columns of one accumulator block in the strided case (on the stack).
+const COLS: usize = 256;
+
+/// A float reduction over the middle dim of `[outer, reduced, inner]`: rows (inner = 1) reduce
+/// with eight independent f64 accumulators, columns accumulate a block of lanes at a time.
+/// Work is split over the pool by output element; results equal the index-map path's up to
+/// summation order.
+fn strided<T: FloatElem>(split: (usize, usize, usize), kind: ReduceKind) -> Kernel {
+    // One copy of the loops per kind, so the combine step inlines and sums vectorize.
+    match kind {
+        ReduceKind::Sum | ReduceKind::Mean => strided_with::<T>(split, kind, |a, x| a + x),
+        ReduceKind::Prod => strided_with::<T>(split, kind, |a, x| a * x),
+        ReduceKind::Max => strided_with::<T>(split, kind, |a, x| ReduceKind::Max.combine(a, x)),
+        ReduceKind::Min => strided_with::<T>(split, kind, |a, x| ReduceKind::Min.combine(a, x)),
+    }
+}
+
+fn strided_with<T: FloatElem>(
+    (outer, red, inner): (usize, usize, usize),
+    kind: ReduceKind,
+    combine: impl Fn(f64, f64) -> f64 + Copy + Send + Sync + 'static,
+) -> Kernel {
+    let scale = if kind == ReduceKind::Mean { 1.0 / red as f64 } else { 1.0 };
+    let finish = move |a: f64| T::from_f64(if kind == ReduceKind::Mean { a * scale } else { a });
+    let blocks = inner.div_ceil(COLS);
+    let units = outer * blocks;
+    let tasks = if outer * red * inner < 32 * 1024 { 1 } else { num_threads().min(units).max(1) };
+    Box::new(move |b: &Bufs<'_>| {
+        let x = b.input::<T>(0);
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            for unit in (task * units / tasks)..((task + 1) * units / tasks) {
+                let (o, c0) = (unit / blocks, (unit % blocks) * COLS);
+                if inner == 1 {
+                    let v = reduce_row(&x[o * red..(o + 1) * red], kind.init(), combine);
+                    // SAFETY: each unit owns one output element.
+                    unsafe { y.write(o, finish(v)) };
+                    continue;
+                }
+                let w = COLS.min(inner - c0);
+                let mut acc = [kind.init(); COLS];
+                for r in 0..red {
+                    let row = &x[(o * red + r) * inner + c0..][..w];
+                    for (a, v) in acc[..w].iter_mut().zip(row) {
+                        *a = combine(*a, v.to_f64());
+                    }
+                }
+                for (i, &a) in acc[..w].iter().enumerate() {
+                    // SAFETY: the units' output blocks are disjoint.
+                    unsafe { y.write(o * inner + c0 + i, finish(a)) };
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+/// One contiguous row, eight lanes at a time (sum-like kinds vectorize; max/min keep NaN).
+#[inline]
+fn reduce_row<T: FloatElem>(row: &[T], init: f64, combine: impl Fn(f64, f64) -> f64) -> f64 {
+    let mut lanes = [init; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, v) in lanes.iter_mut().zip(c) {
+            *a = combine(*a, v.to_f64());
+        }
+    }
+    let mut acc = init;
+    for v in lanes.into_iter().chain(tail.iter().map(|v| v.to_f64())) {
+        acc = combine(acc, v);
+    }
+    acc
 }

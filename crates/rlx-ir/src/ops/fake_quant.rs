@@ -19,6 +19,18 @@ pub struct FakeQuant {
     pub signed: bool,
     /// The channel axis of per-channel scales; None for one scale per tensor.
     pub axis: Option<i64>,
+    /// Narrow range: the grid drops its lowest code (`-(2^(bits-1) - 1) ..= 2^(bits-1) - 1`
+    /// signed, symmetric like int8 weights in TFLite; `1 ..= 2^bits - 1` unsigned).
+    #[serde(default)]
+    pub narrow: bool,
+    /// Multiplies the scale's LSQ gradient (the paper's `1 / sqrt(numel(x) / numel(s) * qmax)`);
+    /// 0 stops it, for a scale computed from `x` (plain straight-through quantization).
+    #[serde(default = "one")]
+    pub grad_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Nodes of `FakeQuant::grid`: broadcast scale and zero point, `v = x / s`, `r = round(v)`,
@@ -34,10 +46,17 @@ struct Grid {
 }
 
 impl FakeQuant {
+    /// A full-range grid with the plain LSQ gradient (grad_scale 1).
+    pub fn new(bits: u8, signed: bool, axis: Option<i64>) -> Self {
+        FakeQuant { bits, signed, axis, narrow: false, grad_scale: 1.0 }
+    }
+
     /// The integer grid's bounds.
     pub fn range(&self) -> (f64, f64) {
         let b = self.bits as i32;
-        if self.signed { (-(2f64.powi(b - 1)), 2f64.powi(b - 1) - 1.0) } else { (0.0, 2f64.powi(b) - 1.0) }
+        let (lo, hi) =
+            if self.signed { (-(2f64.powi(b - 1)), 2f64.powi(b - 1) - 1.0) } else { (0.0, 2f64.powi(b) - 1.0) };
+        if self.narrow { (lo + 1.0, hi) } else { (lo, hi) }
     }
 
     /// The scale shape reshaped to broadcast against an input of rank `rank`.
@@ -65,6 +84,15 @@ impl FakeQuant {
         let ds = g.where_(above_lo, inside, lo_z);
         let ds = g.where_(below_hi, ds, hi_z);
         (above_lo, below_hi, ds)
+    }
+
+    /// `ds` times the grad scale (as is when it is 1).
+    fn scaled(&self, g: &mut Graph, ds: NodeId) -> NodeId {
+        if self.grad_scale == 1.0 {
+            return ds;
+        }
+        let c = g.scalar(self.grad_scale, g.dtype(ds));
+        g.mul(ds, c)
     }
 
     /// The unclipped grid value `q = round(x / s) + z` and its pieces, as graph nodes.
@@ -105,6 +133,9 @@ impl OpDef for FakeQuant {
         let (x, s, z) = (ins[0], ins[1], ins[2]);
         if !(2..=16).contains(&self.bits) {
             return Err(format!("bits must be 2..=16, got {}", self.bits));
+        }
+        if !(self.grad_scale.is_finite() && self.grad_scale >= 0.0) {
+            return Err(format!("grad_scale must be finite and >= 0, got {}", self.grad_scale));
         }
         if !x.dtype.is_float() || s.dtype != x.dtype || z.dtype != x.dtype {
             return Err(format!("x, scale and zero point must share one float dtype, got {x}, {s}, {z}"));
@@ -161,8 +192,9 @@ impl OpDef for FakeQuant {
             let pass = g.where_(above_lo, tx, zero);
             terms.push(g.where_(below_hi, pass, zero));
         }
-        if let Some(ts) = tangents[1] {
+        if let Some(ts) = tangents[1].filter(|_| self.grad_scale != 0.0) {
             let (ts, _) = self.broadcastable(g, ins[0], ts, ts);
+            let ds = self.scaled(g, ds);
             terms.push(g.mul(ds, ts));
         }
         let first = *terms.first()?;
@@ -174,6 +206,10 @@ impl OpDef for FakeQuant {
         let zero = rules::zeros_like(g, ct);
         let pass = g.where_(above_lo, ct, zero);
         let dx = g.where_(below_hi, pass, zero);
+        if self.grad_scale == 0.0 {
+            return Some(vec![Some(dx), None, None]);
+        }
+        let ds = self.scaled(g, ds);
         let ds = g.mul(ds, ct);
         let ds = match self.axis.and_then(|a| normalize_axis(a, rules::dims(g, x).len()).ok()) {
             Some(a) => {
@@ -204,9 +240,11 @@ impl OpDef for FakeQuant {
         let sc = HostTensor::from_f64(&[4], DType::F32, &[0.01, 0.1, 0.02, 0.3]).expect("sample");
         let zc = HostTensor::from_f64(&[4], DType::F32, &[0.0, 3.0, -1.0, 0.0]).expect("sample");
         let zu = HostTensor::from_f64(&[], DType::F32, &[7.0]).expect("sample");
-        let fq = |bits, signed, axis| FakeQuant { bits, signed, axis };
+        let fq = |bits, signed, axis| FakeQuant::new(bits, signed, axis);
+        let narrow = FakeQuant { narrow: true, grad_scale: 0.25, ..fq(8, true, Some(-1)) };
         vec![
             Sample::new("fake_quant/int8/tensor", fq(8, true, None), vec![x.clone(), s.clone(), z]),
+            Sample::new("fake_quant/int8/narrow", narrow, vec![x.clone(), sc.clone(), zc.clone()]),
             Sample::new("fake_quant/int4/channel", fq(4, true, Some(-1)), vec![x.clone(), sc, zc]),
             Sample::new("fake_quant/uint4/zero_point", fq(4, false, None), vec![x, s, zu]),
         ]
@@ -224,6 +262,11 @@ impl Graph {
         signed: bool,
         axis: Option<i64>,
     ) -> NodeId {
-        self.add_node(FakeQuant { bits, signed, axis }, &[x, scale, zero_point])
+        self.add_node(FakeQuant::new(bits, signed, axis), &[x, scale, zero_point])
+    }
+
+    /// Fake-quantizes `x` with every attribute given (narrow range, LSQ grad scale).
+    pub fn fake_quant_with(&mut self, x: NodeId, scale: NodeId, zero_point: NodeId, op: FakeQuant) -> NodeId {
+        self.add_node(op, &[x, scale, zero_point])
     }
 }

@@ -14,6 +14,7 @@ pub mod dims;
 pub mod dynamic;
 pub mod fake_quant;
 pub mod fused;
+pub mod fused_norm;
 pub mod gather;
 pub mod layout;
 pub mod leaf;
@@ -40,6 +41,7 @@ pub use dims::{BroadcastTo, ExpandDims, Squeeze};
 pub use dynamic::{DynamicSlice, DynamicUpdateSlice};
 pub use fake_quant::FakeQuant;
 pub use fused::{Fused, FusedMatMul, Instr};
+pub use fused_norm::{FusedNorm, NormKind};
 pub use gather::{Gather, ScatterAdd};
 pub use layout::{Reshape, Transpose};
 pub use leaf::{Arange, Constant, Full, Input, Param};
@@ -140,6 +142,7 @@ define_ops! {
     AvgPool2d(AvgPool2d),
     Fused(Fused),
     FusedMatMul(FusedMatMul),
+    FusedNorm(FusedNorm),
     CustomFn(CustomFn),
     Cond(Cond),
     Scan(Scan),

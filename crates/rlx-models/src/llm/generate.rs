@@ -68,13 +68,13 @@ pub fn generate(
     model.prepare(1, prompt.len())?;
     let compile_secs = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
-    let mut logits = model.prefill(&[prompt.to_vec()])?.remove(0);
+    let mut t = sampler.sample(model.prefill_logits(&[prompt.to_vec()])?, prompt)?;
     let prefill_secs = t0.elapsed().as_secs_f64();
-    let mut history = prompt.to_vec();
-    let mut tokens = vec![];
+    let mut history = Vec::with_capacity(prompt.len() + opts.max_tokens);
+    history.extend_from_slice(prompt);
+    let mut tokens = Vec::with_capacity(opts.max_tokens);
     let (mut steps, mut decode_secs) = (0, 0.0);
     while tokens.len() < opts.max_tokens {
-        let t = sampler.sample(&logits, &history)?;
         if opts.stop_tokens.contains(&t) {
             break;
         }
@@ -84,9 +84,10 @@ pub fn generate(
             break;
         }
         let t1 = Instant::now();
-        logits = model.decode(&[t])?.remove(0);
+        let logits = model.decode_logits(&[t])?;
         decode_secs += t1.elapsed().as_secs_f64();
         steps += 1;
+        t = sampler.sample(logits, &history)?;
     }
     Ok(GenerateStats {
         tokens,

@@ -81,9 +81,16 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Grap
     let start = spec.cache.map(|_| g.input(names::START, Shape::new(&[], DType::I32)));
     let mask = g.input(names::MASK, Shape::new(&[b, 1, s, keys], DType::F32));
 
-    let (emb, _) = param(&mut g, cfg, weights, LlmWeight::TokenEmbd);
+    let (emb, ekind) = param(&mut g, cfg, weights, LlmWeight::TokenEmbd);
     let x = g.gather(emb, tokens, 0);
-    let mut x = g.reshape(x, &[b * s, h]);
+    let mut x = match ekind {
+        // Packed rows of the looked-up tokens, dequantized: the table stays packed in memory.
+        ParamKind::Packed(q) => {
+            let rows = g.reshape(x, &[b * s, q.row_bytes(h).unwrap_or(0)]);
+            g.dequantize(rows, q, h)
+        }
+        _ => g.reshape(x, &[b * s, h]),
+    };
     let scale = 1.0 / (hd as f32).sqrt();
     for l in 0..cfg.layers {
         let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));

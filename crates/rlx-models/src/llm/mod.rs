@@ -9,6 +9,6 @@ pub mod weights;
 
 pub use config::{Arch, LlmConfig};
 pub use generate::{GenerateOptions, GenerateStats, generate, generate_batch};
-pub use graph::{GraphSpec, llm_graph};
+pub use graph::{GraphSpec, k_cache_name, llm_graph, v_cache_name};
 pub use model::LlmModel;
 pub use weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind};

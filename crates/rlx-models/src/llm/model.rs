@@ -9,45 +9,46 @@ use rlx_ir::{DType, Error, Result};
 use rlx_runtime::{CompiledGraph, Session};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Where the sequences of the current batch stand in the cache.
 #[derive(Debug, Clone)]
 struct CacheState {
-    /// The graph whose cache params hold the latest keys and values.
-    owner: GraphSpec,
     /// The next free slot (the same for every sequence: prompts are left-padded).
     next: usize,
     /// Leading pad slots of each sequence, hidden from every query.
     pads: Vec<usize>,
 }
 
+/// Host buffers of the graph inputs and logits, reused across runs (decode allocates nothing).
+#[derive(Default)]
+struct Io {
+    tokens: Vec<i64>,
+    positions: Vec<i64>,
+    mask: Vec<f32>,
+    logits: Vec<f32>,
+}
+
 /// A decoder-only language model from a GGUF file.
+///
+/// Every compiled graph (prefill per prompt length, decode, full logits) uses the same weight
+/// buffers, read in place from the memory-mapped file where the bytes need no change, and the
+/// graphs of one batch size share one KV cache, written in place: no copy per graph or token.
 pub struct LlmModel {
     path: String,
     cfg: LlmConfig,
-    weights: LlmWeights,
+    weights: Arc<LlmWeights>,
     session: Session,
     graphs: HashMap<GraphSpec, CompiledGraph>,
     max_ctx: usize,
     state: Option<CacheState>,
+    io: Io,
 }
 
 impl std::fmt::Debug for LlmModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmModel").field("path", &self.path).field("config", &self.cfg).finish()
     }
-}
-
-fn bytes_i64(v: &[i64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn bytes_f32(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 impl LlmModel {
@@ -66,11 +67,12 @@ impl LlmModel {
         Ok(LlmModel {
             path: p,
             cfg,
-            weights,
+            weights: Arc::new(weights),
             session: Session::new(device),
             graphs: HashMap::new(),
             max_ctx,
             state: None,
+            io: Io::default(),
         })
     }
 
@@ -84,6 +86,28 @@ impl LlmModel {
         &self.weights
     }
 
+    /// Reads every page of the weights once (the file is memory-mapped: pages load on first
+    /// touch), calling `progress(done, total)` in bytes; keeps page faults out of timed runs.
+    pub fn warm_weights(&self, mut progress: impl FnMut(u64, u64)) {
+        let params = self.weights.params();
+        let total: u64 = params.iter().map(|p| self.weights.bytes(p).len() as u64).sum();
+        let (mut done, mut acc) = (0u64, 0u8);
+        for p in params {
+            let b = self.weights.bytes(p);
+            for chunk in b.chunks(1 << 20) {
+                acc ^= chunk.iter().step_by(4096).fold(0u8, |a, &x| a ^ x);
+                done += chunk.len() as u64;
+                progress(done, total);
+            }
+        }
+        std::hint::black_box(acc);
+    }
+
+    /// The compiled graph for `spec`, if one was compiled.
+    pub fn compiled(&self, spec: &GraphSpec) -> Option<&CompiledGraph> {
+        self.graphs.get(spec)
+    }
+
     /// Cache slots per sequence.
     pub fn max_ctx(&self) -> usize {
         self.max_ctx
@@ -94,25 +118,52 @@ impl LlmModel {
         self.state.as_ref().map_or(0, |s| s.next)
     }
 
-    /// Compiles (or reuses) the graph for `spec` and sets its weights (copied into the graph's
-    /// storage) and zeroed caches.
+    /// Compiles (or reuses) the graph for `spec`: its weights are those of the graphs compiled
+    /// before (or the file's bytes, for the first), its cache that of the same batch size.
     fn graph(&mut self, spec: GraphSpec) -> Result<&mut CompiledGraph> {
         if !self.graphs.contains_key(&spec) {
             let g = llm_graph(&self.cfg, &self.weights, spec);
             let mut c = self.session.compile(g)?;
-            for p in self.weights.params() {
-                c.set_param_typed(&p.weight.gguf_name(), self.weights.bytes(p), LlmWeights::dtype(p))?;
+            let names: Vec<String> = self.weights.params().iter().map(|p| p.weight.gguf_name()).collect();
+            if let Some(src) = self.graphs.values().next() {
+                c.share_params_from(src, &names.iter().map(String::as_str).collect::<Vec<_>>())?;
+            } else {
+                self.bind_weights(&mut c)?;
             }
             if let Some(t) = spec.cache {
-                let zeros = vec![0u8; spec.batch * self.cfg.kv_heads * t * self.cfg.head_dim * 4];
-                for l in 0..self.cfg.layers {
-                    c.set_param_typed(&k_cache_name(l), &zeros, DType::F32)?;
-                    c.set_param_typed(&v_cache_name(l), &zeros, DType::F32)?;
+                let cache: Vec<String> =
+                    (0..self.cfg.layers).flat_map(|l| [k_cache_name(l), v_cache_name(l)]).collect();
+                let same = self.graphs.iter().find(|(s, _)| s.batch == spec.batch && s.cache == spec.cache);
+                if let Some((_, src)) = same {
+                    c.share_params_from(src, &cache.iter().map(String::as_str).collect::<Vec<_>>())?;
+                } else {
+                    let zeros = vec![0u8; spec.batch * self.cfg.kv_heads * t * self.cfg.head_dim * 4];
+                    for name in &cache {
+                        c.set_param_typed(name, &zeros, DType::F32)?;
+                    }
                 }
             }
             self.graphs.insert(spec, c);
         }
         Ok(self.graphs.get_mut(&spec).expect("inserted above"))
+    }
+
+    /// Points the first graph's weight params at their bytes: the memory-mapped file where the
+    /// graph takes them unchanged, else the converted copy the weights hold (no further copy).
+    fn bind_weights(&self, c: &mut CompiledGraph) -> Result<()> {
+        for (i, p) in self.weights.params().iter().enumerate() {
+            let name = p.weight.gguf_name();
+            let dtype = LlmWeights::dtype(p);
+            match self.weights.file_range(p) {
+                Some(r) => c.bind_param_external(&name, self.weights.clone(), r, dtype)?,
+                None => {
+                    let owner = Arc::new(OwnedParam { weights: self.weights.clone(), index: i });
+                    let len = self.weights.bytes(p).len();
+                    c.bind_param_external(&name, owner, 0..len, dtype)?
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Compiles the prefill graph for `batch` prompts of (padded) length `seq` and the decode
@@ -144,28 +195,35 @@ impl LlmModel {
             return Err(Error::eval("llm", "forward_all needs one or more non-empty sequences of equal length"));
         }
         seqs.iter().try_for_each(|q| self.check_tokens(q))?;
-        let tokens: Vec<i64> = seqs.iter().flatten().map(|&t| t as i64).collect();
-        let positions: Vec<i64> = (0..s as i64).collect();
-        let mut mask = vec![f32::NEG_INFINITY; b * s * s];
+        let mut io = std::mem::take(&mut self.io);
+        io.tokens.clear();
+        io.tokens.extend(seqs.iter().flatten().map(|&t| t as i64));
+        io.positions.clear();
+        io.positions.extend(0..s as i64);
+        io.mask.clear();
+        io.mask.resize(b * s * s, f32::NEG_INFINITY);
         for bi in 0..b {
             for i in 0..s {
-                mask[(bi * s + i) * s..(bi * s + i) * s + i + 1].fill(0.0);
+                io.mask[(bi * s + i) * s..(bi * s + i) * s + i + 1].fill(0.0);
             }
         }
         let spec = GraphSpec { batch: b, seq: s, cache: None, all_logits: true };
-        let c = self.graph(spec)?;
-        let out = c.run_typed(&[
-            (names::TOKENS, &bytes_i64(&tokens), DType::I64),
-            (names::POSITIONS, &bytes_i64(&positions), DType::I64),
-            (names::MASK, &bytes_f32(&mask), DType::F32),
-        ])?;
-        let all = f32s(&out[0].0);
-        Ok(all.chunks(s * self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        let r = self.run_io(spec, &mut io, 0);
+        self.io = io;
+        r?;
+        Ok(self.io.logits.chunks(s * self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
     }
 
     /// Starts a batch: runs the prompts (left-padded to the longest) into a fresh cache and
     /// returns each sequence's next-token logits.
     pub fn prefill(&mut self, prompts: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let vocab = self.cfg.vocab_size;
+        let logits = self.prefill_logits(prompts)?;
+        Ok(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Like `prefill`, returning the logits `[batch * vocab]` in a buffer the model reuses.
+    pub fn prefill_logits(&mut self, prompts: &[Vec<u32>]) -> Result<&[f32]> {
         let b = prompts.len();
         let s = prompts.iter().map(Vec::len).max().unwrap_or(0);
         if b == 0 || prompts.iter().any(Vec::is_empty) {
@@ -176,89 +234,107 @@ impl LlmModel {
         }
         prompts.iter().try_for_each(|q| self.check_tokens(q))?;
         let pads: Vec<usize> = prompts.iter().map(|p| s - p.len()).collect();
-        let mut tokens = Vec::with_capacity(b * s);
-        for p in prompts {
-            tokens.extend(std::iter::repeat_n(0i64, s - p.len()));
-            tokens.extend(p.iter().map(|&t| t as i64));
-        }
-        let positions: Vec<i64> = (0..s as i64).collect();
         let t = self.max_ctx;
-        let mut mask = vec![f32::NEG_INFINITY; b * s * t];
+        let mut io = std::mem::take(&mut self.io);
+        io.tokens.clear();
+        for p in prompts {
+            io.tokens.extend(std::iter::repeat_n(0i64, s - p.len()));
+            io.tokens.extend(p.iter().map(|&t| t as i64));
+        }
+        io.positions.clear();
+        io.positions.extend(0..s as i64);
+        io.mask.clear();
+        io.mask.resize(b * s * t, f32::NEG_INFINITY);
         for (bi, &pad) in pads.iter().enumerate() {
             for i in 0..s {
-                let row = &mut mask[(bi * s + i) * t..(bi * s + i + 1) * t];
+                let row = &mut io.mask[(bi * s + i) * t..(bi * s + i + 1) * t];
                 // A pad query sees only itself, so that its (unused) values stay finite.
                 let from = if i < pad { i } else { pad };
                 row[from..=i].fill(0.0);
             }
         }
         let spec = GraphSpec { batch: b, seq: s, cache: Some(t), all_logits: false };
-        let out = self.run_cached(spec, &tokens, &positions, 0, &mask)?;
-        self.state = Some(CacheState { owner: spec, next: s, pads });
-        Ok(out)
+        let r = self.run_io(spec, &mut io, 0);
+        self.io = io;
+        r?;
+        self.state = Some(CacheState { next: s, pads });
+        Ok(&self.io.logits)
     }
 
     /// Appends one token per sequence of the current batch and returns the next logits.
     pub fn decode(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        let Some(st) = self.state.clone() else {
+        let vocab = self.cfg.vocab_size;
+        let logits = self.decode_logits(tokens)?;
+        Ok(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Like `decode`, returning the logits `[batch * vocab]` in a buffer the model reuses: once
+    /// warm, a step allocates nothing on the host side.
+    pub fn decode_logits(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        let Some(st) = self.state.as_ref() else {
             return Err(Error::eval("llm", "decode before prefill: there is no sequence in the cache"));
         };
-        let b = st.pads.len();
+        let (b, next) = (st.pads.len(), st.next);
         if tokens.len() != b {
             return Err(Error::eval("llm", format!("decode got {} tokens for a batch of {b} sequences", tokens.len())));
         }
-        if st.next >= self.max_ctx {
+        if next >= self.max_ctx {
             return Err(Error::eval("llm", format!("the context of {} tokens is full", self.max_ctx)));
         }
         self.check_tokens(tokens)?;
         let t = self.max_ctx;
-        let mut mask = vec![f32::NEG_INFINITY; b * t];
+        let mut io = std::mem::take(&mut self.io);
+        io.mask.clear();
+        io.mask.resize(b * t, f32::NEG_INFINITY);
         for (bi, &pad) in st.pads.iter().enumerate() {
-            mask[bi * t + pad..=bi * t + st.next].fill(0.0);
+            io.mask[bi * t + pad..=bi * t + next].fill(0.0);
         }
-        let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
+        io.tokens.clear();
+        io.tokens.extend(tokens.iter().map(|&x| x as i64));
+        io.positions.clear();
+        io.positions.push(next as i64);
         let spec = GraphSpec { batch: b, seq: 1, cache: Some(t), all_logits: false };
-        let out = self.run_cached(spec, &ids, &[st.next as i64], st.next as i32, &mask)?;
-        self.state = Some(CacheState { owner: spec, next: st.next + 1, pads: st.pads });
-        Ok(out)
+        let r = self.run_io(spec, &mut io, next as i32);
+        self.io = io;
+        r?;
+        if let Some(st) = self.state.as_mut() {
+            st.next += 1;
+        }
+        Ok(&self.io.logits)
     }
 
-    /// Runs a cache graph, first moving the cache into it when another graph wrote it last.
-    fn run_cached(
-        &mut self,
-        spec: GraphSpec,
-        tokens: &[i64],
-        positions: &[i64],
-        start: i32,
-        mask: &[f32],
-    ) -> Result<Vec<Vec<f32>>> {
-        self.graph(spec)?;
-        let owner = self.state.as_ref().map(|s| s.owner).filter(|o| *o != spec && o.batch == spec.batch);
-        if let Some(owner) = owner
-            && start > 0
-        {
-            // One copy per prefill -> decode switch, never per token.
-            let mut moved = vec![];
-            let src = &self.graphs[&owner];
-            for l in 0..self.cfg.layers {
-                for name in [k_cache_name(l), v_cache_name(l)] {
-                    let t = src.get_param(&name)?;
-                    moved.push((name, t));
-                }
-            }
-            let dst = self.graphs.get_mut(&spec).expect("compiled above");
-            for (name, t) in moved {
-                dst.set_param_tensor(&name, &t)?;
-            }
+    /// Runs the graph for `spec` on the inputs in `io`, writing its logits into `io.logits`.
+    /// Every graph of one batch size shares the cache, so nothing moves between graphs.
+    fn run_io(&mut self, spec: GraphSpec, io: &mut Io, start: i32) -> Result<()> {
+        let c = self.graph(spec)?;
+        let n = c.outputs()[0].numel().unwrap_or(0);
+        if io.logits.len() != n {
+            io.logits.resize(n, 0.0);
         }
-        let c = self.graphs.get_mut(&spec).expect("compiled above");
-        let out = c.run_typed(&[
-            (names::TOKENS, &bytes_i64(tokens), DType::I64),
-            (names::POSITIONS, &bytes_i64(positions), DType::I64),
-            (names::START, &start.to_le_bytes(), DType::I32),
-            (names::MASK, &bytes_f32(mask), DType::F32),
-        ])?;
-        let all = f32s(&out[0].0);
-        Ok(all.chunks(self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        let start = start.to_le_bytes();
+        let mut ins: [&[u8]; 4] = [&[]; 4];
+        for (slot, (name, _)) in ins.iter_mut().zip(c.inputs()) {
+            *slot = match name.as_str() {
+                names::TOKENS => bytemuck::cast_slice(&io.tokens),
+                names::POSITIONS => bytemuck::cast_slice(&io.positions),
+                names::START => &start,
+                _ => bytemuck::cast_slice(&io.mask),
+            };
+        }
+        let k = c.inputs().len().min(4);
+        c.run_into(&ins[..k], &mut [bytemuck::cast_slice_mut(&mut io.logits)])
+    }
+}
+
+/// A converted weight (f32 of an F16 norm, rows reordered for RoPE) held by `LlmWeights`,
+/// as the read-only bytes of a graph param.
+struct OwnedParam {
+    weights: Arc<LlmWeights>,
+    index: usize,
+}
+
+impl AsRef<[u8]> for OwnedParam {
+    fn as_ref(&self) -> &[u8] {
+        self.weights.bytes(&self.weights.params()[self.index])
     }
 }

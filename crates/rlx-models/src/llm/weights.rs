@@ -247,7 +247,9 @@ impl LlmWeights {
         let in_file = start..start + view.data.len();
         let permute = cfg.arch.interleaved_rope()
             && matches!(w, LlmWeight::Layer(_, LayerWeight::Q) | LlmWeight::Layer(_, LayerWeight::K));
-        let packed = w.is_linear() && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        // The token embedding stays packed too: the graph gathers packed rows and dequantizes them.
+        let packed_embd = w == LlmWeight::TokenEmbd && QuantScheme::new(ty).is_ok();
+        let packed = (w.is_linear() || packed_embd) && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         let (kind, bytes) = if packed {
             let scheme = QuantScheme::new(ty).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
             let rb = scheme.row_bytes(shape[1]).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
@@ -291,6 +293,14 @@ impl LlmWeights {
         }
     }
 
+    /// Where `p`'s bytes lie in the file, when the param uses them unchanged (no copy needed).
+    pub fn file_range(&self, p: &ParamData) -> Option<Range<usize>> {
+        match &p.bytes {
+            Bytes::File(r) => Some(r.clone()),
+            Bytes::Owned(_) => None,
+        }
+    }
+
     /// The graph param dtype of `p`.
     pub fn dtype(p: &ParamData) -> DType {
         match p.kind {
@@ -302,6 +312,13 @@ impl LlmWeights {
     /// The opened GGUF file (metadata, tokenizer).
     pub fn file(&self) -> &GgufFile {
         &self.file
+    }
+}
+
+/// The whole file's bytes, so that graph params can point into the memory map.
+impl AsRef<[u8]> for LlmWeights {
+    fn as_ref(&self) -> &[u8] {
+        self.file.bytes()
     }
 }
 

@@ -2,7 +2,8 @@
 //! expressions through `Wx`, with numpy broadcasting by per-input offset code.
 
 use super::{
-    Bind, Ctx, Dispatch, F32, Kernel, Plan, WG, any, broadcast_strides, decls, groups_for, module, offset_code,
+    Bind, Ctx, Dispatch, FLOATS, Kernel, Plan, WG, broadcast_strides, decls, float_ty, groups_for, module, offset_code,
+    same_float, store_fn,
 };
 use crate::wexpr::{Wx, emit, literal};
 use rlx_driver::KernelTable;
@@ -11,7 +12,7 @@ use rlx_ir::{Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
     for kind in [OpKind::Unary, OpKind::Binary, OpKind::Fused] {
-        t.register(kind, F32, Kernel { build: elementwise, accepts: any });
+        t.register(kind, FLOATS, Kernel { build: elementwise, accepts: same_float });
     }
 }
 
@@ -25,7 +26,7 @@ fn elementwise(ctx: &Ctx<'_>) -> Result<Plan> {
     }
     // The op's own scalar expression, evaluated on symbolic values, prints the WGSL.
     let (lines, result) = emit(|| {
-        let ld = |i: usize| Wx::load(format!("in{i}[o{i}]"));
+        let ld = |i: usize| Wx::load(format!("f32(in{i}[o{i}])"));
         match ctx.op {
             Op::Unary(u) => u.kind.eval(ld(0)),
             Op::Binary(b) => b.kind.eval(ld(0), ld(1)),
@@ -47,8 +48,10 @@ fn elementwise(ctx: &Ctx<'_>) -> Result<Plan> {
         }
     });
     let names: Vec<String> = (0..k).map(|i| format!("in{i}")).collect();
-    let mut bufs: Vec<(&str, &str, bool)> = names.iter().map(|s| (s.as_str(), "f32", false)).collect();
-    bufs.push(("out", "f32", true));
+    // f16 buffers are read into f32 and the result rounded back at the store.
+    let ty = float_ty(ctx.out.dtype);
+    let mut bufs: Vec<(&str, &str, bool)> = names.iter().map(|s| (s.as_str(), ty, false)).collect();
+    bufs.push(("out", ty, true));
     let mut body = format!("let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n");
     for i in 0..k {
         let id = ctx.in_dims(i);
@@ -59,7 +62,7 @@ fn elementwise(ctx: &Ctx<'_>) -> Result<Plan> {
         }
     }
     body += &lines.join("\n");
-    body += &format!("\nout[i] = {result};");
+    body += &format!("\nout[i] = {}({result});", store_fn(ctx.out.dtype));
     let groups = groups_for(n);
     let wgsl = module(&decls(&bufs), "", WG, groups, &body);
     let mut binds: Vec<Bind> = (0..k).map(Bind::Input).collect();

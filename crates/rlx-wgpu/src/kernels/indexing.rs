@@ -8,9 +8,75 @@ use rlx_ir::ops::rope::rope_inv_freq;
 use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
-    t.register(OpKind::Gather, F32_AND_INDEX, Kernel { build: gather, accepts: f32_data_int_index });
+    t.register(OpKind::Gather, GATHER, Kernel { build: gather, accepts: gather_ok });
     t.register(OpKind::ScatterAdd, F32_AND_INDEX, Kernel { build: scatter_add, accepts: scatter_ok });
     t.register(OpKind::Rope, F32_AND_INDEX, Kernel { build: rope, accepts: f32_data_int_index });
+    t.register(OpKind::DynamicSlice, WORDS, Kernel { build: dynamic, accepts: dynamic_ok });
+    t.register(OpKind::DynamicUpdateSlice, WORDS, Kernel { build: dynamic, accepts: dynamic_ok });
+}
+
+/// Dtypes stored as whole 32-bit words (i64 as two), moved by word copies.
+const WORDS: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool];
+
+/// Data in a word dtype, the start an integer scalar.
+fn dynamic_ok(ctx: &Ctx<'_>) -> bool {
+    let start = ctx.ins[ctx.ins.len() - 1].dtype;
+    matches!(start, DType::I32 | DType::I64 | DType::U32)
+        && ctx.ins[..ctx.ins.len() - 1].iter().all(|s| s.dtype == ctx.out.dtype)
+}
+
+/// dynamic_slice and dynamic_update_slice: the start is read on the device and clamped to
+/// `0..=dim - len` (JAX semantics); one thread per output word.
+fn dynamic(ctx: &Ctx<'_>) -> Result<Plan> {
+    let (axis, len, update) = match ctx.op {
+        Op::DynamicSlice(d) => (d.axis, d.size, false),
+        Op::DynamicUpdateSlice(d) => {
+            let r = ctx.in_dims(1).len() as i64;
+            let a = if d.axis < 0 { d.axis + r } else { d.axis } as usize;
+            (d.axis, ctx.in_dims(1)[a], true)
+        }
+        _ => return Err(super::unsupported(ctx, "not a dynamic slice")),
+    };
+    let xd = ctx.in_dims(0);
+    let a = if axis < 0 { axis + xd.len() as i64 } else { axis } as usize;
+    let dim = xd[a];
+    let inner: usize = xd[a + 1..].iter().product();
+    let w = if ctx.out.dtype == DType::I64 { 2 } else { 1 };
+    let n = ctx.out_numel() * w;
+    let last = dim.saturating_sub(len);
+    let start = ctx.ins.len() - 1;
+    // Signed clamp of (hi, lo) to 0..=last.
+    let clamp = format!(
+        "{read}var s: u32 = lo;\n\
+         if ((hi & 0x80000000u) != 0u {neg}) {{ s = 0u; }} else if (hi != 0u || lo > {last}u) {{ s = {last}u; }}\n",
+        read = read_index(ctx.ins[start].dtype, "0u"),
+        neg = if ctx.ins[start].dtype == DType::U32 { "&& false" } else { "" },
+    );
+    let (body, bufs, binds) = if update {
+        let body = format!(
+            "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n{clamp}\
+             let e = i / {w}u;\nlet c = i % {w}u;\n\
+             let q = e % {inner}u;\nlet p = (e / {inner}u) % {dim}u;\nlet o = e / {oi}u;\n\
+             if (p >= s && p < s + {len}u) {{ out[i] = u[{w}u * ((o * {len}u + p - s) * {inner}u + q) + c]; }}\n\
+             else {{ out[i] = x[i]; }}",
+            oi = dim * inner,
+        );
+        let bufs = decls(&[("x", "u32", false), ("u", "u32", false), ("ix", "u32", false), ("out", "u32", true)]);
+        (body, bufs, vec![Bind::Input(0), Bind::Input(1), Bind::Input(2), Bind::Output])
+    } else {
+        let body = format!(
+            "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n{clamp}\
+             let e = i / {w}u;\nlet c = i % {w}u;\n\
+             let q = e % {inner}u;\nlet p = (e / {inner}u) % {len}u;\nlet o = e / {oi}u;\n\
+             out[i] = x[{w}u * ((o * {dim}u + s + p) * {inner}u + q) + c];",
+            oi = len * inner,
+        );
+        let bufs = decls(&[("x", "u32", false), ("ix", "u32", false), ("out", "u32", true)]);
+        (body, bufs, vec![Bind::Input(0), Bind::Input(1), Bind::Output])
+    };
+    let groups = groups_for(n);
+    let wgsl = module(&bufs, "", WG, groups, &body);
+    Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds }]))
 }
 
 /// Data and output in f32; the second input holds i32, u32 or i64 indices.
@@ -18,9 +84,22 @@ fn f32_data_int_index(ctx: &Ctx<'_>) -> bool {
     ctx.out.dtype == DType::F32 && ctx.ins[0].dtype == DType::F32 && ctx.ins[1].dtype != DType::F32
 }
 
-/// f32 target and updates, integer indices.
+/// f32 or i32 target and updates, integer indices.
 fn scatter_ok(ctx: &Ctx<'_>) -> bool {
-    f32_data_int_index(ctx) && ctx.ins[2].dtype == DType::F32
+    matches!(ctx.out.dtype, DType::F32 | DType::I32)
+        && ctx.ins[0].dtype == ctx.out.dtype
+        && ctx.ins[2].dtype == ctx.out.dtype
+        && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32)
+}
+
+/// Data and indices of gather: word dtypes, and u8 indices (packed bytes).
+const GATHER: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8];
+
+/// Data in a word dtype; indices i32, i64, u32 or u8.
+fn gather_ok(ctx: &Ctx<'_>) -> bool {
+    ctx.ins[0].dtype == ctx.out.dtype
+        && ctx.out.dtype != DType::U8
+        && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32 | DType::U8)
 }
 
 /// WGSL reading index `p` of the index buffer `ix` (as u32 words) into `lo` and `hi`: the value
@@ -29,6 +108,7 @@ fn read_index(dt: DType, p: &str) -> String {
     match dt {
         DType::I64 => format!("let lo = ix[2u * ({p})];\nlet hi = ix[2u * ({p}) + 1u];\n"),
         DType::I32 => format!("let lo = ix[{p}];\nlet hi = select(0u, 0xffffffffu, (lo & 0x80000000u) != 0u);\n"),
+        DType::U8 => format!("let lo = (ix[({p}) / 4u] >> (8u * (({p}) % 4u))) & 0xffu;\nlet hi = 0u;\n"),
         _ => format!("let lo = ix[{p}];\nlet hi = 0u;\n"),
     }
 }
@@ -42,16 +122,18 @@ fn gather(ctx: &Ctx<'_>) -> Result<Plan> {
     let dim = xd[a];
     let inner: usize = xd[a + 1..].iter().product();
     let nidx: usize = ctx.in_dims(1).iter().product();
-    let n = ctx.out_numel();
+    let w = if ctx.out.dtype == DType::I64 { 2 } else { 1 };
+    let n = ctx.out_numel() * w;
+    // Thread i moves word c of element e.
     let body = format!(
-        "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
-         let q = i % {inner}u;\nlet p = (i / {inner}u) % {nidx}u;\nlet o = i / {pi};\n{read}{check}\
-         out[i] = x[(o * {dim}u + lo) * {inner}u + q];",
+        "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\nlet e = i / {w}u;\nlet c = i % {w}u;\n\
+         let q = e % {inner}u;\nlet p = (e / {inner}u) % {nidx}u;\nlet o = e / {pi};\n{read}{check}\
+         out[i] = x[{w}u * ((o * {dim}u + lo) * {inner}u + q) + c];",
         pi = inner * nidx,
         read = read_index(ctx.ins[1].dtype, "p"),
-        check = check(dim, ctx.node, "out[i] = 0.0;\nreturn;"),
+        check = check(dim, ctx.node, "out[i] = 0u;\nreturn;"),
     );
-    let d = decls(&[("x", "f32", false), ("ix", "u32", false), ("out", "f32", true)]);
+    let d = decls(&[("x", "u32", false), ("ix", "u32", false), ("out", "u32", true)]);
     let d = d + "@group(0) @binding(3) var<storage, read_write> status: array<atomic<u32>>;\n";
     let groups = groups_for(n);
     let wgsl = module(&d, "", WG, groups, &body);
@@ -79,10 +161,11 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
     let inner: usize = td[a + 1..].iter().product();
     let nidx: usize = ctx.in_dims(1).iter().product();
     let n = ctx.out_numel();
+    let t = if ctx.out.dtype == DType::I32 { "i32" } else { "f32" };
     let body = format!(
         "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
          let q = i % {inner}u;\nlet t = (i / {inner}u) % {dim}u;\nlet o = i / {ti};\n\
-         var acc: f32 = x[i];\n\
+         var acc: {t} = x[i];\n\
          for (var p: u32 = 0u; p < {nidx}u; p = p + 1u) {{\n{read}{check}\
            if (lo == t) {{ acc = acc + u[(o * {nidx}u + p) * {inner}u + q]; }}\n}}\n\
          out[i] = acc;",
@@ -90,7 +173,7 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
         read = read_index(ctx.ins[1].dtype, "p"),
         check = check(dim, ctx.node, "continue;"),
     );
-    let d = decls(&[("x", "f32", false), ("ix", "u32", false), ("u", "f32", false), ("out", "f32", true)]);
+    let d = decls(&[("x", t, false), ("ix", "u32", false), ("u", t, false), ("out", t, true)]);
     let d = d + "@group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;\n";
     let groups = groups_for(n);
     let wgsl = module(&d, "", WG, groups, &body);

@@ -4,16 +4,24 @@
 //! `fused_matmul` runs its elementwise epilogue (generated from the ops' scalar expressions)
 //! on each result before the store.
 
-use super::{Bind, Ctx, Dispatch, F32, Kernel, Plan, any, broadcast_strides, decls, module, offset_code};
+use super::{
+    Bind, Ctx, Dispatch, FLOATS, Kernel, Plan, broadcast_strides, decls, float_ty, module, offset_code, same_float,
+    store_fn,
+};
 use crate::wexpr::{Wx, emit, literal};
 use rlx_driver::KernelTable;
 use rlx_ir::ops::matmul::matmul_dims_t;
 use rlx_ir::ops::{Fused, Instr};
-use rlx_ir::{Op, OpKind, Result};
+use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
-    t.register(OpKind::MatMul, F32, Kernel { build: matmul, accepts: any });
-    t.register(OpKind::FusedMatMul, F32, Kernel { build: matmul, accepts: any });
+    t.register(OpKind::MatMul, &[DType::F32, DType::F16, DType::I32], Kernel { build: matmul, accepts: matmul_ok });
+    t.register(OpKind::FusedMatMul, FLOATS, Kernel { build: matmul, accepts: same_float });
+}
+
+/// f32, f16 (with shader-f16) or i32 operands of one dtype.
+fn matmul_ok(ctx: &Ctx<'_>) -> bool {
+    same_float(ctx) || ctx.ins.iter().chain([&ctx.out]).all(|s| s.dtype == DType::I32)
 }
 
 /// `fn epi(i: u32, x0: f32) -> f32`: the epilogue at flat output index `i`, where `x0` is the
@@ -30,7 +38,7 @@ fn epilogue(ctx: &Ctx<'_>, f: &Fused) -> String {
         for ins in &f.program {
             let v = match *ins {
                 Instr::Input(0) => Wx::load("x0"),
-                Instr::Input(k) => Wx::load(format!("e{k}[o{k}]")),
+                Instr::Input(k) => Wx::load(format!("f32(e{k}[o{k}])")),
                 Instr::Const(c) => Wx::load(literal(c)),
                 Instr::Unary(u, a) => u.eval(regs[a]),
                 Instr::Binary(b, x, y) => b.eval(regs[x], regs[y]),
@@ -52,6 +60,11 @@ fn matmul(ctx: &Ctx<'_>) -> Result<Plan> {
         _ => return Err(super::unsupported(ctx, "not a matmul")),
     };
     let (ad, bd, od) = (ctx.in_dims(0), ctx.in_dims(1), ctx.out_dims());
+    // i32 matmul wraps modulo 2^32 (WGSL integer arithmetic), as the reference does.
+    // f16 operands load into f32 tiles, accumulate in f32 and round at the store.
+    let t = if ctx.out.dtype == DType::I32 { "i32" } else { "f32" };
+    let io = if ctx.out.dtype == DType::I32 { "i32" } else { float_ty(ctx.out.dtype) };
+    let st = store_fn(ctx.out.dtype);
     let (abatch, bbatch, m, k, n) = matmul_dims_t(&ad, &bd, mm.transpose_a, mm.transpose_b);
     let obatch = &od[..od.len() - 2];
     let nb: usize = obatch.iter().product();
@@ -73,13 +86,14 @@ fn matmul(ctx: &Ctx<'_>) -> Result<Plan> {
         for j in 0..4 {
             let at = format!("co + r{i} * {n}u + tn * {TILE}u + tx * 4u + {j}u");
             let v = if epi.is_some() { format!("epi({at}, c{i}[{j}])") } else { format!("c{i}[{j}]") };
-            store += &format!("if (r{i} < {m}u && tn * {TILE}u + tx * 4u + {j}u < {n}u) {{ out[{at}] = {v}; }}\n");
+            store +=
+                &format!("if (r{i} < {m}u && tn * {TILE}u + tx * 4u + {j}u < {n}u) {{ out[{at}] = {st}({v}); }}\n");
         }
     }
     let (q4, wg) = (TILE / 4, (TILE / 4) * (TILE / 4));
     let loads = TILE * 16 / wg;
     let mut extra =
-        format!("var<workgroup> As: array<vec4<f32>, {0}>;\nvar<workgroup> Bs: array<vec4<f32>, {0}>;\n", 16 * q4);
+        format!("var<workgroup> As: array<vec4<{t}>, {0}>;\nvar<workgroup> Bs: array<vec4<{t}>, {0}>;\n", 16 * q4);
     if let Some(f) = epi {
         extra += &epilogue(ctx, f);
     }
@@ -87,17 +101,17 @@ fn matmul(ctx: &Ctx<'_>) -> Result<Plan> {
         "let tn = g % {tn}u;\nlet tm = (g / {tn}u) % {tm}u;\nlet bi = g / {tmn}u;\n\
          {aoff}{boff}let co = bi * {mn}u;\n\
          let tx = lid % {q4}u;\nlet ty = lid / {q4}u;\n\
-         var c0 = vec4<f32>(0.0); var c1 = vec4<f32>(0.0); var c2 = vec4<f32>(0.0); var c3 = vec4<f32>(0.0);\n\
+         var c0 = vec4<{t}>(); var c1 = vec4<{t}>(); var c2 = vec4<{t}>(); var c3 = vec4<{t}>();\n\
          for (var k0: u32 = 0u; k0 < {k}u; k0 = k0 + 16u) {{\n\
            for (var l: u32 = 0u; l < {loads}u; l = l + 1u) {{\n\
              let e = lid + l * {wg}u;\n\
              var mm = tm * {TILE}u + e / 16u; var kk = k0 + e % 16u;\n\
-             var v: f32 = 0.0;\n\
-             if (mm < {m}u && kk < {k}u) {{ v = a[{a_at}]; }}\n\
+             var v: {t} = {t}(0);\n\
+             if (mm < {m}u && kk < {k}u) {{ v = {t}(a[{a_at}]); }}\n\
              As[(e % 16u) * {q4}u + (e / 16u) / 4u][(e / 16u) % 4u] = v;\n\
              kk = k0 + e / {TILE}u; let nn = tn * {TILE}u + e % {TILE}u;\n\
-             v = 0.0;\n\
-             if (nn < {n}u && kk < {k}u) {{ v = b[{b_at}]; }}\n\
+             v = {t}(0);\n\
+             if (nn < {n}u && kk < {k}u) {{ v = {t}(b[{b_at}]); }}\n\
              Bs[(e / {TILE}u) * {q4}u + (e % {TILE}u) / 4u][e % 4u] = v;\n\
            }}\n\
            workgroupBarrier();\n\
@@ -114,9 +128,9 @@ fn matmul(ctx: &Ctx<'_>) -> Result<Plan> {
         boff = offset_code("bo", "bi", obatch, &b_st),
     );
     let names: Vec<String> = (1..ctx.ins.len() - 1).map(|k| format!("e{k}")).collect();
-    let mut bufs: Vec<(&str, &str, bool)> = vec![("a", "f32", false), ("b", "f32", false)];
-    bufs.extend(names.iter().map(|s| (s.as_str(), "f32", false)));
-    bufs.push(("out", "f32", true));
+    let mut bufs: Vec<(&str, &str, bool)> = vec![("a", io, false), ("b", io, false)];
+    bufs.extend(names.iter().map(|s| (s.as_str(), io, false)));
+    bufs.push(("out", io, true));
     let wgsl = module(&decls(&bufs), &extra, wg as u32, groups as u32, &body);
     let mut binds: Vec<Bind> = (0..ctx.ins.len()).map(Bind::Input).collect();
     binds.push(Bind::Output);

@@ -3,6 +3,7 @@
 
 mod elementwise;
 mod indexing;
+mod int;
 mod logic;
 mod matmul;
 mod movement;
@@ -13,6 +14,13 @@ use rlx_ir::{DType, Op, Result, Shape};
 
 /// Element dtypes every kernel computes in.
 pub const F32: &[DType] = &[DType::F32];
+/// f32, and f16 where the device has shader-f16 (kernels compute in f32 and store f16).
+pub const FLOATS: &[DType] = &[DType::F32, DType::F16];
+
+/// Accepts nodes whose inputs and output share one float dtype the device computes with.
+pub fn same_float(ctx: &Ctx<'_>) -> bool {
+    is_float(ctx.out.dtype) && ctx.ins.iter().all(|s| s.dtype == ctx.out.dtype)
+}
 /// f32 data with integer indices or positions (gather, rope).
 pub const F32_AND_INDEX: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32];
 
@@ -95,6 +103,7 @@ pub fn any(_: &Ctx<'_>) -> bool {
 pub fn table() -> KernelTable<Kernel> {
     let mut t = KernelTable::new();
     elementwise::register(&mut t);
+    int::register(&mut t);
     reduce::register(&mut t);
     matmul::register(&mut t);
     indexing::register(&mut t);
@@ -121,11 +130,40 @@ pub fn decls(bufs: &[(&str, &str, bool)]) -> String {
     s
 }
 
+/// Whether `dt` is f32, or f16 on a device with shader-f16.
+pub fn is_float(dt: DType) -> bool {
+    dt == DType::F32 || (dt == DType::F16 && crate::gpu::has_f16())
+}
+
+/// The WGSL type of a float dtype's elements in device buffers (f32 or f16).
+pub fn float_ty(dt: DType) -> &'static str {
+    if dt == DType::F16 { "f16" } else { "f32" }
+}
+
+/// The WGSL converting an f32 value to a buffer of float dtype `dt` (f16 saturates to inf).
+pub fn store_fn(dt: DType) -> &'static str {
+    if dt == DType::F16 { "rlx_to_f16" } else { "" }
+}
+
+/// The helpers of modules with f16 buffers: f32 to f16 rounding with overflow to infinity
+/// (WGSL leaves out-of-range conversions undefined).
+const F16_PRELUDE: &str = "
+fn rlx_to_f16(x: f32) -> f16 {
+    if (rlx_isnan(x)) { return f16(x); }
+    let inf = unpack2x16float(0xfc007c00u);
+    if (x >= 65520.0) { return f16(inf.x); }
+    if (x <= -65520.0) { return f16(inf.y); }
+    return f16(x);
+}
+";
+
 /// A full module: declarations, the helper prelude and `main` with `g` (the linear workgroup
 /// index, uniform) and `lid` in scope; `main` returns early past `groups`.
 pub fn module(decls: &str, extra: &str, wg: u32, groups: u32, body: &str) -> String {
+    let uses_f16 = [decls, extra, body].iter().any(|t| t.contains("f16"));
+    let (enable, f16) = if uses_f16 { ("enable f16;\n", F16_PRELUDE) } else { ("", "") };
     format!(
-        "{decls}{prelude}{extra}\n@compute @workgroup_size({wg})\n\
+        "{enable}{decls}{prelude}{f16}{extra}\n@compute @workgroup_size({wg})\n\
          fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
          \x20       @builtin(local_invocation_id) lid3: vec3<u32>) {{\n\
          let g = wid.x + wid.y * nwg.x;\n\

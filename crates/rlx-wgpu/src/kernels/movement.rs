@@ -2,15 +2,20 @@
 //! with the DATA_MOVEMENT trait. As on the CPU, the index map comes from running the op's
 //! reference on tensors of element ids at compile time; it is uploaded once as a u32 buffer.
 
-use super::{Bind, Ctx, Dispatch, Kernel, Plan, WG, any, decls, groups_for, module};
+use super::{Bind, Ctx, Dispatch, Kernel, Plan, WG, decls, groups_for, module};
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, OpTraits, Result};
 
 /// Dtypes moved as whole device words: f32, the index types, and bool (one u32 each).
-const MOVABLE: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool];
+const MOVABLE: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool, DType::F16];
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
-    t.register_trait(OpTraits::DATA_MOVEMENT, MOVABLE, Kernel { build: movement, accepts: any });
+    t.register_trait(OpTraits::DATA_MOVEMENT, MOVABLE, Kernel { build: movement, accepts: movable });
+}
+
+/// f16 moves as f16 elements, on devices with shader-f16.
+fn movable(ctx: &Ctx<'_>) -> bool {
+    ctx.out.dtype != DType::F16 || super::is_float(DType::F16)
 }
 
 fn movement(ctx: &Ctx<'_>) -> Result<Plan> {
@@ -19,11 +24,12 @@ fn movement(ctx: &Ctx<'_>) -> Result<Plan> {
     }
     let map = rlx_driver::movement_index_map(ctx.op, ctx.ins, ctx.out)?;
     // Elements are copied as whole 32-bit words (i64 is two words, a bool one).
-    let w = ctx.out.dtype.size_bytes().div_ceil(4);
+    let f16 = ctx.out.dtype == DType::F16;
+    let (w, ty) = if f16 { (1, "f16") } else { (ctx.out.dtype.size_bytes().div_ceil(4), "u32") };
     if rlx_driver::is_identity_map(&map, ctx.ins) {
         return Ok(Plan::Copy);
     }
-    let d = decls(&[("src", "u32", false), ("map", "u32", false), ("out", "u32", true)]);
+    let d = decls(&[("src", ty, false), ("map", "u32", false), ("out", ty, true)]);
     let mut out = vec![];
     for j in 0..ctx.ins.len() {
         // Pairs (output element, input element) for input j.

@@ -1,19 +1,21 @@
 //! Row kernels written by hand: reductions, softmax, log_softmax, layer_norm, rms_norm, cumsum.
 //! One workgroup of `RW` threads per output row, combining partials in workgroup memory.
 
-use super::{Bind, Ctx, Dispatch, F32, Kernel, Plan, any, decls, module, offset_code, strides};
+use super::{
+    Bind, Ctx, Dispatch, FLOATS, Kernel, Plan, any, decls, float_ty, module, offset_code, same_float, store_fn, strides,
+};
 use crate::wexpr::literal;
 use rlx_driver::KernelTable;
 use rlx_ir::ops::ReduceKind;
-use rlx_ir::{Op, OpKind, Result};
+use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
-    t.register(OpKind::Reduce, F32, Kernel { build: reduce, accepts: any });
-    t.register(OpKind::Softmax, F32, Kernel { build: lanes, accepts: any });
-    t.register(OpKind::LogSoftmax, F32, Kernel { build: lanes, accepts: any });
-    t.register(OpKind::LayerNorm, F32, Kernel { build: lanes, accepts: any });
-    t.register(OpKind::RmsNorm, F32, Kernel { build: lanes, accepts: any });
-    t.register(OpKind::Cumsum, F32, Kernel { build: cumsum, accepts: any });
+    t.register(OpKind::Reduce, FLOATS, Kernel { build: reduce, accepts: same_float });
+    t.register(OpKind::Softmax, FLOATS, Kernel { build: lanes, accepts: same_float });
+    t.register(OpKind::LogSoftmax, FLOATS, Kernel { build: lanes, accepts: same_float });
+    t.register(OpKind::LayerNorm, FLOATS, Kernel { build: lanes, accepts: same_float });
+    t.register(OpKind::RmsNorm, FLOATS, Kernel { build: lanes, accepts: same_float });
+    t.register(OpKind::Cumsum, &[DType::F32, DType::I32], Kernel { build: cumsum, accepts: any });
 }
 
 /// Threads per row.
@@ -35,9 +37,26 @@ fn normalize(axis: i64, rank: usize) -> usize {
     if axis < 0 { (axis + rank as i64).max(0) as usize } else { axis as usize }
 }
 
-/// Any reduction over any axes: row `g` is one output element; threads stride over the
-/// reduced positions, whose offsets come from the reduced axes' strides.
+/// Any f32 reduction over any axes (see `rows`).
 fn reduce(ctx: &Ctx<'_>) -> Result<Plan> {
+    let Op::Reduce(r) = ctx.op else { return Err(super::unsupported(ctx, "not a reduction")) };
+    let count: usize = ctx.in_dims(0).iter().product::<usize>() / ctx.out_numel().max(1);
+    let (init, combine) = match r.kind {
+        ReduceKind::Sum | ReduceKind::Mean => ("0.0", "a + b"),
+        ReduceKind::Prod => ("1.0", "a * b"),
+        ReduceKind::Max => ("bitcast<f32>(0xff800000u)", "rlx_max(a, b)"),
+        ReduceKind::Min => ("bitcast<f32>(0x7f800000u)", "rlx_min(a, b)"),
+    };
+    let fin = if r.kind == ReduceKind::Mean { format!("red[0] / {}", literal(count as f64)) } else { "red[0]".into() };
+    let (io, st) = (float_ty(ctx.out.dtype), store_fn(ctx.out.dtype));
+    rows(ctx, ("f32", io, st), init, combine, &fin)
+}
+
+/// A reduction in WGSL type `ty`: row `g` is one output element; threads stride over the
+/// reduced positions, whose offsets come from the reduced axes' strides, then combine in a tree.
+/// `tys` = (accumulator type, buffer element type, store conversion function).
+pub(super) fn rows(ctx: &Ctx<'_>, tys: (&str, &str, &str), init: &str, combine: &str, fin: &str) -> Result<Plan> {
+    let (ty, io, store) = tys;
     let Op::Reduce(r) = ctx.op else { return Err(super::unsupported(ctx, "not a reduction")) };
     let xd = ctx.in_dims(0);
     let st = strides(&xd);
@@ -50,22 +69,16 @@ fn reduce(ctx: &Ctx<'_>) -> Result<Plan> {
     let rs: Vec<usize> = axes.iter().map(|&a| st[a]).collect();
     let count: usize = rd.iter().product();
     let rows = ctx.out_numel();
-    let (init, combine) = match r.kind {
-        ReduceKind::Sum | ReduceKind::Mean => ("0.0", "a + b"),
-        ReduceKind::Prod => ("1.0", "a * b"),
-        ReduceKind::Max => ("bitcast<f32>(0xff800000u)", "rlx_max(a, b)"),
-        ReduceKind::Min => ("bitcast<f32>(0x7f800000u)", "rlx_min(a, b)"),
-    };
-    let fin = if r.kind == ReduceKind::Mean { format!("red[0] / {}", literal(count as f64)) } else { "red[0]".into() };
     let body = format!(
-        "{base}var acc: f32 = {init};\n\
-         for (var r: u32 = lid; r < {count}u; r = r + {RW}u) {{\n{roff}let a = acc; let b = x[base + ro]; acc = {combine};\n}}\n\
-         {tree}if (lid == 0u) {{ out[g] = {fin}; }}",
+        "{base}var acc: {ty} = {init};\n\
+         for (var r: u32 = lid; r < {count}u; r = r + {RW}u) {{\n{roff}let a = acc; let b = {ty}(x[base + ro]); acc = {combine};\n}}\n\
+         {tree}if (lid == 0u) {{ out[g] = {store}({fin}); }}",
         base = offset_code("base", "g", &kd, &ks),
         roff = offset_code("ro", "r", &rd, &rs),
         tree = tree(combine),
     );
-    let wgsl = module(&decls(&[("x", "f32", false), ("out", "f32", true)]), SCRATCH, RW, rows as u32, &body);
+    let scratch = format!("var<workgroup> red: array<{ty}, 64>;\n");
+    let wgsl = module(&decls(&[("x", io, false), ("out", io, true)]), &scratch, RW, rows as u32, &body);
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups: rows as u32, binds: vec![Bind::Input(0), Bind::Output] }]))
 }
 
@@ -81,12 +94,14 @@ fn lanes(ctx: &Ctx<'_>) -> Result<Plan> {
     let inner: usize = xd[axis + 1..].iter().product();
     let rows = xd.iter().product::<usize>() / n.max(1);
     let nf = literal(n as f64);
+    // f16 buffers are read into f32 and results rounded back at the store.
+    let (ty, st) = (float_ty(ctx.out.dtype), store_fn(ctx.out.dtype));
     // Element j of lane g sits at base + j * inner.
     let head = format!("let base = (g / {inner}u) * {} + g % {inner}u;\n", n * inner);
     let at = |j: &str| format!("base + {j} * {inner}u");
     let sum_of = |expr: &str| {
         format!(
-            "acc = 0.0;\nfor (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let v = x[{p}]; acc = acc + {expr}; }}\n{t}",
+            "acc = 0.0;\nfor (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let v = f32(x[{p}]); acc = acc + {expr}; }}\n{t}",
             p = at("j"),
             t = tree("a + b")
         )
@@ -97,38 +112,37 @@ fn lanes(ctx: &Ctx<'_>) -> Result<Plan> {
             let write = if log { "v - m - log(s)" } else { "exp(v - m) / s" };
             let body = format!(
                 "{head}var acc: f32 = bitcast<f32>(0xff800000u);\n\
-                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let a = acc; let b = x[{p}]; acc = rlx_max(a, b); }}\n\
+                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let a = acc; let b = f32(x[{p}]); acc = rlx_max(a, b); }}\n\
                  {t}let m = red[0];\nworkgroupBarrier();\n{s}let s = red[0];\n\
-                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let v = x[{p}]; out[{p}] = {write}; }}",
+                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ let v = f32(x[{p}]); out[{p}] = {st}({write}); }}",
                 p = at("j"),
                 t = tree("rlx_max(a, b)"),
                 s = sum_of("exp(v - m)"),
             );
-            (decls(&[("x", "f32", false), ("out", "f32", true)]), body, vec![Bind::Input(0), Bind::Output])
+            (decls(&[("x", ty, false), ("out", ty, true)]), body, vec![Bind::Input(0), Bind::Output])
         }
         Op::LayerNorm(l) => {
             let body = format!(
                 "{head}var acc: f32;\n{s1}let mean = red[0] / {nf};\nworkgroupBarrier();\n{s2}\
                  let r = 1.0 / sqrt(red[0] / {nf} + {eps});\n\
-                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ out[{p}] = (x[{p}] - mean) * r * gamma[j] + beta[j]; }}",
+                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ out[{p}] = {st}((f32(x[{p}]) - mean) * r * f32(gamma[j]) + f32(beta[j])); }}",
                 s1 = sum_of("v"),
                 s2 = sum_of("(v - mean) * (v - mean)"),
                 eps = literal(l.eps),
                 p = at("j"),
             );
-            let d =
-                decls(&[("x", "f32", false), ("gamma", "f32", false), ("beta", "f32", false), ("out", "f32", true)]);
+            let d = decls(&[("x", ty, false), ("gamma", ty, false), ("beta", ty, false), ("out", ty, true)]);
             (d, body, vec![Bind::Input(0), Bind::Input(1), Bind::Input(2), Bind::Output])
         }
         Op::RmsNorm(l) => {
             let body = format!(
                 "{head}var acc: f32;\n{s}let r = 1.0 / sqrt(red[0] / {nf} + {eps});\n\
-                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ out[{p}] = x[{p}] * r * gamma[j]; }}",
+                 for (var j: u32 = lid; j < {n}u; j = j + {RW}u) {{ out[{p}] = {st}(f32(x[{p}]) * r * f32(gamma[j])); }}",
                 s = sum_of("v * v"),
                 eps = literal(l.eps),
                 p = at("j"),
             );
-            let d = decls(&[("x", "f32", false), ("gamma", "f32", false), ("out", "f32", true)]);
+            let d = decls(&[("x", ty, false), ("gamma", ty, false), ("out", ty, true)]);
             (d, body, vec![Bind::Input(0), Bind::Input(1), Bind::Output])
         }
         _ => return Err(super::unsupported(ctx, "not a lane op")),
@@ -137,7 +151,7 @@ fn lanes(ctx: &Ctx<'_>) -> Result<Plan> {
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups: rows as u32, binds }]))
 }
 
-/// Cumulative sum: one thread per lane, a sequential scan along the axis.
+/// Cumulative sum (f32 or wrapping i32): one thread per lane, a sequential scan along the axis.
 fn cumsum(ctx: &Ctx<'_>) -> Result<Plan> {
     let Op::Cumsum(c) = ctx.op else { return Err(super::unsupported(ctx, "not cumsum")) };
     let xd = ctx.in_dims(0);
@@ -146,15 +160,16 @@ fn cumsum(ctx: &Ctx<'_>) -> Result<Plan> {
     let inner: usize = xd[axis + 1..].iter().product();
     let lanes = xd.iter().product::<usize>() / n.max(1);
     let j = if c.reverse { format!("{}u - k", n.max(1) - 1) } else { "k".into() };
+    let t = if ctx.out.dtype == DType::I32 { "i32" } else { "f32" };
     let write = if c.exclusive { "out[p] = acc; acc = acc + v;" } else { "acc = acc + v; out[p] = acc;" };
     let body = format!(
         "let l = g * {wg}u + lid;\nif (l >= {lanes}u) {{ return; }}\n\
-         let base = (l / {inner}u) * {} + l % {inner}u;\nvar acc: f32 = 0.0;\n\
+         let base = (l / {inner}u) * {} + l % {inner}u;\nvar acc: {t} = {t}(0);\n\
          for (var k: u32 = 0u; k < {n}u; k = k + 1u) {{ let p = base + ({j}) * {inner}u; let v = x[p]; {write} }}",
         n * inner,
         wg = super::WG,
     );
     let groups = super::groups_for(lanes);
-    let wgsl = module(&decls(&[("x", "f32", false), ("out", "f32", true)]), "", super::WG, groups, &body);
+    let wgsl = module(&decls(&[("x", t, false), ("out", t, true)]), "", super::WG, groups, &body);
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds: vec![Bind::Input(0), Bind::Output] }]))
 }

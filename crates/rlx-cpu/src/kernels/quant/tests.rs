@@ -2,7 +2,7 @@
 //! exact f32 product with rlx-gguf's dequantizer (within the 8-bit activation error).
 
 use super::dot::{Q8K, Q80, quantize_q8k, quantize_q80};
-use super::{Isa, RowDot, row_dot};
+use super::{Isa, RowDot};
 use rlx_ir::QuantScheme;
 use rlx_ir::ops::util::rand_f64;
 
@@ -15,7 +15,12 @@ fn rand(n: usize, scale: f64, seed: u64) -> Vec<f32> {
 
 /// The row dot of `scheme` on `isa` for packed `w` (one row) and activations `x`.
 fn run(scheme: QuantScheme, isa: Isa, w: &[u8], x: &[f32]) -> f32 {
-    match row_dot(scheme, isa).expect("scheme has an int8 path") {
+    run_with(scheme, isa, true, w, x)
+}
+
+/// As `run`, with the four-block kernels (`four`) or the one-block ones.
+fn run_with(scheme: QuantScheme, isa: Isa, four: bool, w: &[u8], x: &[f32]) -> f32 {
+    match super::row_dot_with(scheme, isa, four).expect("scheme has an int8 path") {
         RowDot::K(f) => {
             let mut a = vec![Q8K::default(); x.len() / 256];
             quantize_q8k(x, &mut a);
@@ -88,4 +93,106 @@ fn extreme_blocks_match_across_paths() {
             assert_eq!(run(s, isa, &w, &x).to_bits(), want.to_bits(), "{s} {isa:?}");
         }
     }
+}
+
+#[test]
+fn four_block_and_one_block_kernels_match_the_portable_path_exactly() {
+    let mut checked = 0;
+    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q6_K, QuantScheme::Q8_0].into_iter().enumerate() {
+        // Every tail length of the four-block step.
+        for blocks in 1..=9usize {
+            let k = blocks * s.block_size();
+            let seed = 1000 + 10 * si as u64 + blocks as u64;
+            let mut w = s.quantize_rows(&rand(k, [1.0, 30.0, 1e-3][blocks % 3], seed), k).unwrap();
+            // One all-0xFF block with finite scales: every bit pattern at its extreme.
+            let bb = s.block_bytes();
+            let last = (blocks - 1) * bb;
+            w[last..last + bb].fill(0xFF);
+            let at = if s == QuantScheme::Q6_K { bb - 2 } else { 0 };
+            w[last + at..last + at + 2].copy_from_slice(&half::f16::from_f32(0.25).to_le_bytes());
+            if s == QuantScheme::Q4_K {
+                w[last + 2..last + 4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+            }
+            let x = rand(k, 1.0, seed + 1);
+            let want = run_with(s, Isa::Scalar, true, &w, &x);
+            for isa in Isa::available() {
+                for four in [true, false] {
+                    let got = run_with(s, isa, four, &w, &x);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{s} k={k} {isa:?} four={four}: {got} vs {want}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    eprintln!("row kernels checked: {checked}");
+}
+
+/// `y[m, n]` through the batched (prefill) kernel on `isa`.
+fn run_gemm(s: QuantScheme, isa: Isa, w: &[u8], n: usize, x: &[f32], k: usize) -> Vec<f32> {
+    let m = x.len() / k;
+    let rb = s.row_bytes(k).unwrap();
+    let mut y = vec![f32::NAN; m * n];
+    let out = super::OutPtr(y.as_mut_ptr());
+    if s.block_size() == 256 {
+        let mut a = vec![Q8K::default(); m * k / 256];
+        for (x, a) in x.chunks_exact(k).zip(a.chunks_exact_mut(k / 256)) {
+            quantize_q8k(x, a);
+        }
+        super::gemm::gemm_k(isa, s, &a, (m, k), w, rb, n, out, &mut super::gemm::Scratch::new(m, k));
+    } else {
+        let mut a = vec![Q80::default(); m * k / 32];
+        for (x, a) in x.chunks_exact(k).zip(a.chunks_exact_mut(k / 32)) {
+            quantize_q80(x, a);
+        }
+        super::gemm::gemm_0(isa, s, &a, (m, k), w, rb, n, out, &super::gemm::Scratch::new(m, k));
+    }
+    y
+}
+
+#[test]
+fn batched_path_matches_dequantized_f32_matmul_and_the_row_path() {
+    let mut checked = 0;
+    for (si, s) in SCHEMES.into_iter().enumerate() {
+        // Odd m and n (tails of every micro-kernel shape), k odd multiples of the block size, and
+        // m past one block of activation rows.
+        for (m, n, blocks, scale) in
+            [(5usize, 7usize, 3usize, 1.0f64), (9, 37, 1, 20.0), (2, 3, 5, 1e-2), (17, 18, 2, 1.0), (71, 3, 1, 1.0)]
+        {
+            let k = blocks * s.block_size();
+            let seed = 7000 + 100 * si as u64 + m as u64;
+            let w = s.quantize_rows(&rand(n * k, scale, seed), k).unwrap();
+            let rb = s.row_bytes(k).unwrap();
+            let x = rand(m * k, 1.0, seed + 1);
+            let mut deq = vec![0f32; n * k];
+            s.dequantize_rows(&w, k, &mut deq).unwrap();
+            for isa in Isa::available() {
+                if !super::gemm::supported(s, isa) {
+                    continue;
+                }
+                let y = run_gemm(s, isa, &w, n, &x, k);
+                for i in 0..m {
+                    let xi = &x[i * k..(i + 1) * k];
+                    for j in 0..n {
+                        let wj = &deq[j * k..(j + 1) * k];
+                        let exact: f64 = xi.iter().zip(wj).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let mag: f64 = wj.iter().map(|v| v.abs() as f64).sum();
+                        // 8-bit activations: half a step (1/254 of the block max) per value.
+                        let bound = mag / 254.0 + 1e-5 * mag;
+                        let got = y[i * n + j] as f64;
+                        assert!(
+                            (got - exact).abs() <= bound,
+                            "{s} {isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {exact}"
+                        );
+                        // Same integer sums as the row path, only the float order differs.
+                        let row = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], xi) as f64;
+                        let tol = 1e-5 * (mag + 1.0) * xi.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                        assert!((got - row).abs() <= tol, "{s} {isa:?} ({i},{j}): {got} vs row path {row}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("batched cases checked: {checked}");
+    assert!(checked > 0 || Isa::detect() == Isa::Scalar);
 }

@@ -7,14 +7,14 @@ use std::arch::x86_64::*;
 /// u8 x i8 products summed in fours to 8 i32 lanes (AVX2: pairs to i16, then to i32).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn udot_avx2(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn udot_avx2(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
 /// u8 x i8 products summed in fours to 8 i32 lanes (VNNI, one instruction, no saturation).
 #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
 #[inline]
-fn udot_vnni(u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn udot_vnni(u: __m256i, s: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 }
 

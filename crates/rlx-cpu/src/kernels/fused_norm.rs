@@ -1,0 +1,172 @@
+//! `fused_norm`: an elementwise prologue (the residual add, a bias) computed row by row straight
+//! into layer_norm / rms_norm. Each row of the prologue lives in per-task registers (L1), is
+//! normalized there and written once, so the sum is never stored and read back.
+
+use super::math::{Compute, Real, SharedMut, avx2_fma, sum8};
+use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, unsupported};
+use crate::exec::Bufs;
+use crate::threads::{num_threads, parallel_for};
+use crate::with_float;
+use rlx_driver::KernelTable;
+use rlx_ir::ops::util::broadcast_index_map;
+use rlx_ir::ops::{Instr, NormKind};
+use rlx_ir::{Op, OpKind, Result};
+use std::sync::Mutex;
+
+pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
+    t.register(OpKind::FusedNorm, FLOATS, fused_norm);
+}
+
+/// How a prologue input lines up with one row of the output.
+enum RowSrc {
+    /// Same element order: row r is elements `r*n..(r+1)*n`.
+    Same,
+    /// One element for the whole tensor.
+    Splat,
+    /// A `[n]` vector (bias): the same for every row.
+    Vector,
+    /// Any other broadcast: the input element of each output element.
+    Map(Vec<u32>),
+}
+
+fn row_src(od: &[usize], d: &[usize], n: usize) -> RowSrc {
+    let (total, c) = (od.iter().product::<usize>(), d.iter().product::<usize>());
+    let lead = d.iter().position(|&x| x != 1).unwrap_or(d.len());
+    if c == total {
+        RowSrc::Same
+    } else if c == 1 {
+        RowSrc::Splat
+    } else if d[lead..] == [n] {
+        RowSrc::Vector
+    } else {
+        RowSrc::Map(broadcast_index_map(od, d).into_iter().map(|x| x as u32).collect())
+    }
+}
+
+fn fused_norm(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::FusedNorm(f) = ctx.op else { return Err(unsupported(ctx)) };
+    let od = ctx.out_dims();
+    let n = *od.last().ok_or_else(|| unsupported(ctx))?;
+    let k = f.prologue_inputs();
+    let srcs: Vec<RowSrc> = (0..k).map(|i| row_src(&od, &ctx.in_dims(i), n)).collect();
+    let rows = od.iter().product::<usize>().checked_div(n).unwrap_or(0);
+    let layer = f.norm == NormKind::LayerNorm;
+    let p = Plan { program: f.prologue.program.clone(), srcs, rows, n, eps: f.eps, layer };
+    with_float!(ctx.out.dtype, T => Ok(build::<T>(p)), else Err(unsupported(ctx)))
+}
+
+/// What a built kernel needs.
+struct Plan {
+    program: Vec<Instr>,
+    srcs: Vec<RowSrc>,
+    rows: usize,
+    n: usize,
+    eps: f64,
+    layer: bool,
+}
+
+/// One task's scratch: the prologue's registers for one row, and the row in the compute type.
+struct Scratch<T, C> {
+    regs: Vec<T>,
+    row: Vec<C>,
+}
+
+fn build<T: Compute>(p: Plan) -> Kernel {
+    let Plan { program, srcs, rows, n, eps, layer } = p;
+    let k = srcs.len();
+    let tasks = if rows * n < (1 << 15) { 1 } else { (num_threads() * 4).min(rows).max(1) };
+    let zero = T::from_f64(0.0);
+    let scratch: Vec<Mutex<Scratch<T, T::C>>> = (0..tasks)
+        .map(|_| Mutex::new(Scratch { regs: vec![zero; program.len() * n], row: vec![T::C::ZERO; n] }))
+        .collect();
+    let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { zero }).collect();
+    let mut gb = vec![T::C::ZERO; 2 * n];
+    let (simd, eps) = (avx2_fma(), T::C::from_f64(eps));
+    let last = program.len() - 1;
+    Box::new(move |b: &Bufs<'_>| {
+        for (i, g) in gb[..n].iter_mut().enumerate() {
+            *g = b.input::<T>(k)[i].load();
+        }
+        if layer {
+            for (i, g) in gb[n..].iter_mut().enumerate() {
+                *g = b.input::<T>(k + 1)[i].load();
+            }
+        }
+        let (gamma, beta) = gb.split_at(n);
+        let ins: Vec<&[T]> = (0..k).map(|i| b.input::<T>(i)).collect();
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            let mut s = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
+            let Scratch { regs, row } = &mut *s;
+            for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
+                prologue_row(&program, &consts, &srcs, &ins, regs, r, n);
+                for (c, &v) in row.iter_mut().zip(&regs[last * n..]) {
+                    *c = v.load();
+                }
+                norm_simd::<T::C>(simd, row, gamma, beta, eps, layer);
+                // SAFETY: rows are disjoint, each task writes only its own rows.
+                let out = unsafe { y.slice(r * n, n) };
+                for (o, &v) in out.iter_mut().zip(row.iter()) {
+                    *o = T::store(v);
+                }
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Runs the prologue over row `r`: register `j` holds instruction `j`'s row.
+fn prologue_row<T: Compute>(
+    program: &[Instr],
+    consts: &[T],
+    srcs: &[RowSrc],
+    ins: &[&[T]],
+    regs: &mut [T],
+    r: usize,
+    n: usize,
+) {
+    for (j, instr) in program.iter().enumerate() {
+        let (done, rest) = regs.split_at_mut(j * n);
+        let out = &mut rest[..n];
+        let reg = |a: usize| &done[a * n..(a + 1) * n];
+        match *instr {
+            Instr::Input(i) => match &srcs[i] {
+                RowSrc::Same => out.copy_from_slice(&ins[i][r * n..(r + 1) * n]),
+                RowSrc::Splat => out.fill(ins[i][0]),
+                RowSrc::Vector => out.copy_from_slice(&ins[i][..n]),
+                RowSrc::Map(m) => {
+                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = ins[i][e as usize])
+                }
+            },
+            Instr::Const(_) => out.fill(consts[j]),
+            // f32 runs the vectorized loops of vec32.rs; other dtypes evaluate the expression.
+            Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), out) => {
+                out.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
+            }
+            Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), out) => {
+                out.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
+            }
+            Instr::Unary(..) | Instr::Binary(..) => {}
+        }
+    }
+}
+
+crate::simd_entry!(norm_simd = norm_body<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
+
+/// The norm of one row in place: layer norm with the two-pass variance (mean, then the mean
+/// square of the centred row), or rms norm.
+#[inline(always)]
+fn norm_body<C: Real, const FMA: bool>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool) {
+    let inv_n = C::ONE / C::from_f64(v.len() as f64);
+    if !layer {
+        let r = C::ONE / (sum8(v, |x| x * x) * inv_n + eps).sqrt();
+        v.iter_mut().zip(gamma).for_each(|(x, &g)| *x = *x * r * g);
+        return;
+    }
+    let mean = sum8(v, |x| x) * inv_n;
+    v.iter_mut().for_each(|x| *x = *x - mean);
+    let r = C::ONE / (sum8(v, |x| x * x) * inv_n + eps).sqrt();
+    for ((x, &g), &bt) in v.iter_mut().zip(gamma).zip(beta) {
+        *x = C::madd::<FMA>(*x * r, g, bt);
+    }
+}

@@ -1,0 +1,95 @@
+//! Prologue fusion into norms: the elementwise region (or single op) that makes a layer_norm's
+//! or rms_norm's input, when nothing else reads it, becomes part of one `fused_norm` node. The
+//! residual add before a norm then runs row by row into the norm, and its buffer disappears.
+//! Other reductions have no prologue kernel yet; the report says so for each candidate.
+
+use crate::fuse::{as_program, candidate, op_count, use_counts};
+use crate::report::{Fusion, FusionKind, FusionReport, Reason};
+use rlx_ir::ops::{Fused, FusedNorm, NormKind};
+use rlx_ir::{Graph, Node, NodeId, Op, OpTraits, Result, Shape};
+use std::collections::HashMap;
+
+/// The norm kind and eps of a plain norm node.
+fn norm_of(op: &Op) -> Option<(NormKind, f64)> {
+    match op {
+        Op::LayerNorm(o) => Some((NormKind::LayerNorm, o.eps)),
+        Op::RmsNorm(o) => Some((NormKind::RmsNorm, o.eps)),
+        _ => None,
+    }
+}
+
+/// Fuses single-use elementwise producers into the norms that read them. `supports` says
+/// whether the backend runs the `fused_norm` with these input types natively.
+pub fn fuse_norm_prologues(
+    g: &Graph,
+    supports: &dyn Fn(&Node, &[&Shape]) -> bool,
+    report: &mut FusionReport,
+) -> Result<Graph> {
+    let nodes = g.nodes();
+    let uses = use_counts(g);
+    let kind = FusionKind::NormPrologue;
+    // norm node -> (producer, fused op, inputs)
+    let mut plan: HashMap<usize, (usize, FusedNorm, Vec<NodeId>)> = HashMap::new();
+    for (i, nd) in nodes.iter().enumerate() {
+        let Some(&x) = nd.inputs.first() else { continue };
+        let xn = &nodes[x.index()];
+        if !candidate(xn) {
+            continue;
+        }
+        let traits = nd.op.def().traits();
+        let Some((norm, eps)) = norm_of(&nd.op) else {
+            if traits.intersects(OpTraits::REDUCTION | OpTraits::NORMALIZATION) && uses[x.index()] == 1 {
+                let reason = Reason::ConsumerIsReduction(nd.op.def().name().to_string());
+                report.reject(x.index(), xn.op.def().name(), kind, reason);
+            }
+            continue;
+        };
+        if uses[x.index()] != 1 {
+            // The residual stream: the sum is read again later, so it is stored anyway.
+            report.reject(x.index(), xn.op.def().name(), kind, Reason::MultipleConsumers(uses[x.index()]));
+            continue;
+        }
+        let Some(program) = as_program(xn) else { continue };
+        let op = FusedNorm { prologue: Fused { program }, norm, eps };
+        let mut ins = xn.inputs.clone();
+        ins.extend_from_slice(&nd.inputs[1..]);
+        let tys: Vec<&Shape> = ins.iter().map(|x| &nodes[x.index()].ty).collect();
+        if rlx_ir::OpDef::infer(&op, &tys).ok().as_ref() != Some(&nd.ty) {
+            report.reject(x.index(), xn.op.def().name(), kind, Reason::TypeWouldChange);
+            continue;
+        }
+        let probe = Node { op: Op::FusedNorm(op.clone()), inputs: ins.clone(), ty: nd.ty.clone() };
+        if !supports(&probe, &tys) {
+            let what = format!("fused_norm {} with {} inputs", nd.ty, tys.len());
+            report.reject(x.index(), xn.op.def().name(), kind, Reason::BackendLacksKernel(what));
+            continue;
+        }
+        plan.insert(i, (x.index(), op, ins));
+    }
+    let absorbed: std::collections::HashSet<usize> = plan.values().map(|p| p.0).collect();
+    let mut out = Graph::new(g.name());
+    let mut map = vec![NodeId(u32::MAX); nodes.len()];
+    for (i, nd) in nodes.iter().enumerate() {
+        if absorbed.contains(&i) {
+            continue;
+        }
+        if let Some((x, op, ins)) = plan.get(&i) {
+            let ins: Vec<NodeId> = ins.iter().map(|x| map[x.index()]).collect();
+            map[i] = out.try_add(op.clone(), &ins)?;
+            let ops = op_count(&nodes[*x]);
+            report.fused.push(Fusion { kind, node: i as u32, ops, inputs: ins.len() });
+            continue;
+        }
+        let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
+        map[i] = out.try_add(nd.op.clone(), &ins)?;
+    }
+    // An absorbed region is reported as the prologue; it maps to its norm.
+    for (&i, (x, _, _)) in &plan {
+        map[*x] = map[i];
+    }
+    report.fused.retain(|f| f.kind == kind || !absorbed.contains(&(f.node as usize)));
+    out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
+    out.verify()?;
+    report.remap(&map.iter().map(|m| m.0).collect::<Vec<_>>());
+    Ok(out)
+}

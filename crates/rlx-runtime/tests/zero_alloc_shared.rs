@@ -1,0 +1,68 @@
+//! `run_into` allocates nothing for graphs whose params (a KV-cache-like state and a weight)
+//! are shared with another graph: the shared lock and version counters cost no allocation.
+
+use rlx_driver::Device;
+use rlx_ir::{DType, Graph, Shape};
+use rlx_runtime::Session;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+// The file holds a single #[test] so that nothing else allocates while runs are counted.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::SeqCst) {
+            ALLOCS.fetch_add(1, Ordering::SeqCst);
+        }
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// `cache[pos] = row`, output `sum(cache, 0) * w`.
+fn graph(rows: usize) -> Graph {
+    let mut g = Graph::new("cache");
+    let cache = g.param("cache", Shape::new(&[8, 4], DType::F32));
+    let w = g.param("w", Shape::new(&[4], DType::F32));
+    let row = g.input("row", Shape::new(&[rows, 4], DType::F32));
+    let pos = g.input("pos", Shape::scalar(DType::I32));
+    let new = g.dynamic_update_slice(cache, row, pos, 0);
+    g.update_param(cache, new);
+    let s = g.sum(new, &[0], false);
+    let y = g.mul(s, w);
+    g.set_outputs(vec![y]);
+    g
+}
+
+#[test]
+fn shared_param_runs_allocate_nothing() {
+    let s = Session::new(Device::Cpu);
+    let mut prefill = s.compile(graph(3)).unwrap();
+    prefill.set_param("cache", &[0.0; 32]).unwrap();
+    prefill.set_param("w", &[1.0; 4]).unwrap();
+    let mut decode = s.compile(graph(1)).unwrap();
+    decode.share_params_from(&prefill, &["cache", "w"]).unwrap();
+    let rows: Vec<u8> = [1.0f32; 12].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = vec![0u8; 16];
+    prefill.run_into(&[&rows, &0i32.to_le_bytes()], &mut [&mut out]).unwrap();
+    let row = &rows[..16];
+    decode.run_into(&[row, &3i32.to_le_bytes()], &mut [&mut out]).unwrap();
+    let before = ALLOCS.load(Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for p in 4..8i32 {
+        decode.run_into(&[row, &p.to_le_bytes()], &mut [&mut out]).unwrap();
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    assert_eq!(ALLOCS.load(Ordering::SeqCst) - before, 0);
+    // Three prefill rows and five decode rows of ones: every cache row is 1.
+    let sums: Vec<f32> = out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(sums, vec![8.0; 4]);
+}
