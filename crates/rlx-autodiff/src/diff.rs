@@ -72,8 +72,7 @@ pub(crate) fn pull_cotangents(g: &mut Graph, range: Range<usize>, ct: &mut HashM
             continue;
         }
         let def = node.op.def();
-        let rule = crate::rules::vjp(g, &node, c);
-        let Some(cts) = rule.or_else(|| def.vjp(g, &node.inputs, id, c)) else {
+        let Some(cts) = def.vjp(g, &node.inputs, id, c) else {
             let start = g.len();
             let Some(d) = def.decompose(g, &node.inputs) else { return Err(no_rule("vjp", g, id)) };
             let end = g.len();

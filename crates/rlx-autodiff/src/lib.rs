@@ -6,7 +6,6 @@ mod batch;
 mod coverage;
 mod diff;
 mod jac;
-mod rules;
 
 pub use api::{bind_input, grad, grad_with_loss, hvp, jvp, leaf, vjp};
 pub use batch::{BatchedBy, vmap};

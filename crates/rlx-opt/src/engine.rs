@@ -67,6 +67,8 @@ pub struct Rewriter<'a> {
     stats: RewriteStats,
     depth: usize,
     graph: String,
+    /// Users (inputs of other nodes, plus outputs) each arena node had in the pass's input graph.
+    source_users: Vec<usize>,
 }
 
 impl<'a> Rewriter<'a> {
@@ -79,6 +81,7 @@ impl<'a> Rewriter<'a> {
             stats: RewriteStats::default(),
             depth: 0,
             graph: graph.into(),
+            source_users: vec![],
         }
     }
 
@@ -95,6 +98,12 @@ impl<'a> Rewriter<'a> {
     /// A node's type.
     pub fn ty(&self, id: NodeId) -> &Shape {
         &self.nodes[id.index()].ty
+    }
+
+    /// How many users the value `id` had in the graph this pass rewrites (0 for a node a rule
+    /// created). A rule that would duplicate work when a value is also read elsewhere checks it.
+    pub fn source_users(&self, id: NodeId) -> usize {
+        self.source_users.get(id.index()).copied().unwrap_or(0)
     }
 
     /// Infers the type of `op` on `inputs`, as the graph builder does.
@@ -198,10 +207,20 @@ pub fn rewrite(g: &Graph, sets: &[RuleSet]) -> Result<(Graph, RewriteStats)> {
     let mut cur = g.clone();
     for _ in 0..8 {
         let mut rw = Rewriter::new(g.name(), sets);
+        let mut users = vec![0usize; cur.len()];
+        for x in cur.nodes().iter().flat_map(|n| &n.inputs).chain(cur.outputs()) {
+            users[x.index()] += 1;
+        }
         let mut map: Vec<NodeId> = Vec::with_capacity(cur.len());
-        for n in cur.nodes() {
+        for (n, &u) in cur.nodes().iter().zip(&users) {
             let ins: Vec<NodeId> = n.inputs.iter().map(|x| map[x.index()]).collect();
-            map.push(rw.add(n.op.clone(), &ins)?);
+            let id = rw.add(n.op.clone(), &ins)?;
+            if rw.source_users.len() <= id.index() {
+                rw.source_users.resize(id.index() + 1, 0);
+            }
+            // Merged nodes (CSE) add up their users.
+            rw.source_users[id.index()] += u;
+            map.push(id);
         }
         let outs: Vec<NodeId> = cur.outputs().iter().map(|o| map[o.index()]).collect();
         let next = rw.emit(&outs)?;

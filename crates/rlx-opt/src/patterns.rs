@@ -3,7 +3,8 @@
 //! `attention`: `softmax(scale * q @ k^T [+ mask | where(mask, ., -inf)]) @ v` on rank-4
 //! `[batch, heads, seq, dim]` values becomes one `attention` op (flash-style on the CPU). A
 //! constant bool mask that is exactly causal becomes `MaskKind::Causal`; any other mask stays
-//! an input (`MaskKind::Custom`).
+//! an input (`MaskKind::Custom`). The pattern is left alone when the probabilities have other
+//! users (a training graph's backward reads them), since they would be computed twice.
 
 use crate::engine::{Rewriter, Rule, RuleSet};
 use rlx_ir::ops::{Attention, BinaryKind, MaskKind};
@@ -116,6 +117,11 @@ fn attention(rw: &mut Rewriter, op: &Op, ins: &[NodeId], ty: &rlx_ir::Shape) -> 
         return None;
     }
     let (p, v) = (ins[0], ins[1]);
+    // When the probabilities are read elsewhere too (a backward pass), they are computed anyway:
+    // forming attention would run the scores and softmax twice.
+    if rw.source_users(p) > 1 {
+        return None;
+    }
     let pd = rw.ty(p).fixed_dims()?;
     let (s, t) = (pd[2], pd[3]);
     let (masked, mask, mask_in) = peel_mask(rw, rw.node(p).inputs[0], s, t);

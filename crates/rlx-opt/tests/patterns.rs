@@ -150,3 +150,14 @@ fn near_misses_are_left_alone() {
     g.set_outputs(vec![o]);
     assert!(check(g).is_empty());
 }
+
+#[test]
+fn probabilities_read_elsewhere_keep_the_primitive_form() {
+    // A training graph's backward reads the softmax output: forming attention would compute the
+    // scores and softmax twice, so the pattern stays primitive.
+    let mut g = primitive(Mask::Causal, false, false);
+    let o = g.outputs()[0];
+    let p = g.node(o).unwrap().inputs[0];
+    g.set_outputs(vec![o, p]);
+    assert!(check(g).is_empty());
+}

@@ -2,7 +2,8 @@
 //! into layer_norm / rms_norm. Each row of the prologue lives in per-task registers (L1), is
 //! normalized there and written once, so the sum is never stored and read back.
 
-use super::math::{Compute, Real, SharedMut, avx2_fma, sum8};
+use super::math::{Compute, Real, SharedMut, avx2_fma};
+use super::nn::norm_simd;
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
@@ -148,25 +149,5 @@ fn prologue_row<T: Compute>(
             }
             Instr::Unary(..) | Instr::Binary(..) => {}
         }
-    }
-}
-
-crate::simd_entry!(norm_simd = norm_body<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
-
-/// The norm of one row in place: layer norm with the two-pass variance (mean, then the mean
-/// square of the centred row), or rms norm.
-#[inline(always)]
-fn norm_body<C: Real, const FMA: bool>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool) {
-    let inv_n = C::ONE / C::from_f64(v.len() as f64);
-    if !layer {
-        let r = C::ONE / (sum8(v, |x| x * x) * inv_n + eps).sqrt();
-        v.iter_mut().zip(gamma).for_each(|(x, &g)| *x = *x * r * g);
-        return;
-    }
-    let mean = sum8(v, |x| x) * inv_n;
-    v.iter_mut().for_each(|x| *x = *x - mean);
-    let r = C::ONE / (sum8(v, |x| x * x) * inv_n + eps).sqrt();
-    for ((x, &g), &bt) in v.iter_mut().zip(gamma).zip(beta) {
-        *x = C::madd::<FMA>(*x * r, g, bt);
     }
 }

@@ -250,9 +250,9 @@ pub fn avx2_fma() -> bool {
 #[macro_export]
 #[doc(hidden)]
 macro_rules! simd_entry {
-    ($name:ident = $body:ident <$($g:ident: $b:path),*> ($($a:ident: $t:ty),*)) => {
+    ($v:vis $name:ident = $body:ident <$($g:ident: $b:path),*> ($($a:ident: $t:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
-        fn $name<$($g: $b),*>(simd: bool, $($a: $t),*) {
+        $v fn $name<$($g: $b),*>(simd: bool, $($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             if simd {
                 #[target_feature(enable = "avx2,fma")]

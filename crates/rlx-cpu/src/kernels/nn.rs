@@ -166,7 +166,7 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
     })
 }
 
-crate::simd_entry!(norm_simd = norm_row<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
+crate::simd_entry!(pub(super) norm_simd = norm_row<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
 
 /// Layer norm (two-pass: mean, then the variance of the centred row) or rms norm, in place.
 #[inline(always)]

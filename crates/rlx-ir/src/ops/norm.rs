@@ -1,6 +1,7 @@
 //! layer_norm and rms_norm over the last axis: composites built from reductions and elementwise ops.
 
 use crate::ops::conv::infers;
+use crate::ops::rules::{dims, sum_to};
 use crate::ops::util::{rand_f64, require_float, same_dtype};
 use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,34 @@ impl OpDef for LayerNorm {
             return None;
         }
         Some(g.add_node(self.clone(), ins))
+    }
+    /// The closed form (as PyTorch and XLA emit it): with `xh` the normalized x and
+    /// `d = ct * gamma`, `dx = r * (d - mean(d) - xh * mean(d * xh))`. Per-row values stay
+    /// `[..., 1]` and broadcast inside elementwise ops, so nothing `[..., n]` is materialized.
+    fn vjp(&self, g: &mut Graph, ins: &[NodeId], _out: NodeId, ct: NodeId) -> Option<Vec<Option<NodeId>>> {
+        let (x, gamma) = (ins[0], ins[1]);
+        let dt = g.dtype(x);
+        let n = *dims(g, gamma).first()?;
+        let mean = g.mean(x, &[-1], true);
+        let xc = g.sub(x, mean);
+        let sq = g.mul(xc, xc);
+        let var = g.mean(sq, &[-1], true);
+        let e = g.scalar(self.eps, dt);
+        let ve = g.add(var, e);
+        let r = g.rsqrt(ve);
+        let xh = g.mul(xc, r);
+        let d = g.mul(ct, gamma);
+        let md = g.mean(d, &[-1], true);
+        let dxh = g.mul(d, xh);
+        let mdx = g.mean(dxh, &[-1], true);
+        let t = g.mul(xh, mdx);
+        let u = g.sub(d, md);
+        let u = g.sub(u, t);
+        let dx = g.mul(u, r);
+        let cg = g.mul(ct, xh);
+        let dgamma = sum_to(g, cg, &[n]);
+        let dbeta = sum_to(g, ct, &[n]);
+        Some(vec![Some(dx), Some(dgamma), Some(dbeta)])
     }
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {
