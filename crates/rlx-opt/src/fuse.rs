@@ -242,7 +242,6 @@ pub fn fuse_matmul_epilogues(
     let kind = FusionKind::MatMulEpilogue;
     // consumer -> (matmul node, fused op)
     let mut plan: HashMap<usize, (usize, FusedMatMul, Vec<NodeId>)> = HashMap::new();
-    let mut absorbed = vec![false; nodes.len()];
     for (i, nd) in nodes.iter().enumerate() {
         let Some(program) = as_program(nd).filter(|_| candidate(nd)) else { continue };
         let single = |x: &NodeId| uses[x.index()] == nd.inputs.iter().filter(|y| *y == x).count();
@@ -294,30 +293,46 @@ pub fn fuse_matmul_epilogues(
             report.reject(m.index(), "matmul", kind, Reason::BackendLacksKernel(what));
             continue;
         }
-        absorbed[m.index()] = true;
         plan.insert(i, (m.index(), op, ins));
     }
+    let count = |_: usize, op: &FusedMatMul| {
+        op.epilogue.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count()
+    };
+    emit_absorbing(g, &plan, count, kind, report)
+}
+
+/// Emits `g` with each planned node (key) replaced by its fused op on the given inputs and the
+/// node it absorbed dropped (mapped to the fused node), recording each fusion in the report;
+/// `count(absorbed, op)` is the number of ops the fusion folded in.
+pub(crate) fn emit_absorbing<O: Clone + Into<Op>>(
+    g: &Graph,
+    plan: &HashMap<usize, (usize, O, Vec<NodeId>)>,
+    count: impl Fn(usize, &O) -> usize,
+    kind: FusionKind,
+    report: &mut FusionReport,
+) -> Result<Graph> {
+    let nodes = g.nodes();
+    let absorbed: std::collections::HashSet<usize> = plan.values().map(|p| p.0).collect();
     let mut out = Graph::new(g.name());
     let mut map = vec![NodeId(u32::MAX); nodes.len()];
     for (i, nd) in nodes.iter().enumerate() {
-        if absorbed[i] {
+        if absorbed.contains(&i) {
             continue;
         }
-        if let Some((_, op, ins)) = plan.get(&i) {
+        if let Some((x, op, ins)) = plan.get(&i) {
             let ins: Vec<NodeId> = ins.iter().map(|x| map[x.index()]).collect();
-            let ops = op.epilogue.program.iter().filter(|i| matches!(i, Instr::Unary(..) | Instr::Binary(..))).count();
             map[i] = out.try_add(op.clone(), &ins)?;
-            report.fused.push(Fusion { kind, node: i as u32, ops, inputs: ins.len() });
+            report.fused.push(Fusion { kind, node: i as u32, ops: count(*x, op), inputs: ins.len() });
             continue;
         }
         let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
         map[i] = out.try_add(nd.op.clone(), &ins)?;
     }
-    // A region absorbed as an epilogue is reported as the epilogue; the matmul maps to it.
-    for (&i, (m, _, _)) in &plan {
-        map[*m] = map[i];
+    // The absorbed node is reported as part of the fusion; it maps to the fused node.
+    for (&i, (x, _, _)) in plan {
+        map[*x] = map[i];
     }
-    report.fused.retain(|f| f.kind == kind || !plan.contains_key(&(f.node as usize)));
+    report.fused.retain(|f| f.kind == kind || !absorbed.contains(&(f.node as usize)));
     out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
     out.verify()?;
     report.remap(&map.iter().map(|m| m.0).collect::<Vec<_>>());

@@ -3,8 +3,8 @@
 //! residual add before a norm then runs row by row into the norm, and its buffer disappears.
 //! Other reductions have no prologue kernel yet; the report says so for each candidate.
 
-use crate::fuse::{as_program, candidate, op_count, use_counts};
-use crate::report::{Fusion, FusionKind, FusionReport, Reason};
+use crate::fuse::{as_program, candidate, emit_absorbing, op_count, use_counts};
+use crate::report::{FusionKind, FusionReport, Reason};
 use rlx_ir::ops::{Fused, FusedNorm, NormKind};
 use rlx_ir::{Graph, Node, NodeId, Op, OpTraits, Result, Shape};
 use std::collections::HashMap;
@@ -66,30 +66,5 @@ pub fn fuse_norm_prologues(
         }
         plan.insert(i, (x.index(), op, ins));
     }
-    let absorbed: std::collections::HashSet<usize> = plan.values().map(|p| p.0).collect();
-    let mut out = Graph::new(g.name());
-    let mut map = vec![NodeId(u32::MAX); nodes.len()];
-    for (i, nd) in nodes.iter().enumerate() {
-        if absorbed.contains(&i) {
-            continue;
-        }
-        if let Some((x, op, ins)) = plan.get(&i) {
-            let ins: Vec<NodeId> = ins.iter().map(|x| map[x.index()]).collect();
-            map[i] = out.try_add(op.clone(), &ins)?;
-            let ops = op_count(&nodes[*x]);
-            report.fused.push(Fusion { kind, node: i as u32, ops, inputs: ins.len() });
-            continue;
-        }
-        let ins: Vec<NodeId> = nd.inputs.iter().map(|x| map[x.index()]).collect();
-        map[i] = out.try_add(nd.op.clone(), &ins)?;
-    }
-    // An absorbed region is reported as the prologue; it maps to its norm.
-    for (&i, (x, _, _)) in &plan {
-        map[*x] = map[i];
-    }
-    report.fused.retain(|f| f.kind == kind || !absorbed.contains(&(f.node as usize)));
-    out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
-    out.verify()?;
-    report.remap(&map.iter().map(|m| m.0).collect::<Vec<_>>());
-    Ok(out)
+    emit_absorbing(g, &plan, |x, _| op_count(&nodes[x]), kind, report)
 }
