@@ -83,7 +83,9 @@ pub trait GemmElem: gemv::GemvElem + Send + Sync + 'static {
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R;
 }
 
-const KC: usize = 384;
+const KC: usize = 256;
+/// Deepest k done in one block.
+const KC_ONE: usize = 384;
 const MC: usize = 96;
 const NC: usize = 2048;
 /// B panels packed and finished together by `gemm_direct`.
@@ -133,9 +135,11 @@ impl GemmElem for f64 {
     }
 }
 
-/// Deepest k block: a 16-wide B micro-panel of this depth (24 KiB of f32) stays in L1.
+/// The k block: all of k up to `KC_ONE` (one pass, no re-accumulation of C: the m = 128 model
+/// shapes), else even blocks of at most `KC`, so a 16-wide B micro-panel (16 KiB of f32) and the
+/// A micro-panel stay in L1 together.
 fn kc_for(k: usize) -> usize {
-    k.div_ceil(k.div_ceil(KC).max(1)).max(1)
+    if k <= KC_ONE { k.max(1) } else { k.div_ceil(k.div_ceil(KC)) }
 }
 
 /// Whether micro-kernels read A in place (row-major, its m x kc block small enough to stay in
