@@ -147,6 +147,16 @@ impl CompiledGraph {
             return Err(Error::DTypeMismatch { kind: "param", name: name.into(), expected: shape.dtype, got: dtype });
         }
         check_len("param", name, shape, range.len())?;
+        // Kernels read params as typed slices: the bytes must be aligned for the dtype.
+        let addr = (*owner).as_ref().as_ptr() as usize + range.start;
+        let align = dtype.size_bytes().max(1);
+        if !addr.is_multiple_of(align) {
+            let reason = format!(
+                "param `{name}`: external bytes at offset {} are not {align}-byte aligned for {dtype:?}; copy them with set_param",
+                range.start
+            );
+            return Err(Error::eval("bind_param_external", reason));
+        }
         self.exe.bind_param(i, ParamShare::external(owner, range)?)?;
         self.param_set[i] = true;
         Ok(())

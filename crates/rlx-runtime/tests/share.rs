@@ -105,6 +105,10 @@ fn external_bytes_are_read_without_a_copy_and_never_written() {
     assert!(a.set_param("w", &[1.0, 1.0]).is_err());
     assert!(a.bind_param_external("w", owner.clone(), 0..4, DType::F32).is_err());
     assert!(a.bind_param_external("w", owner.clone(), 0..8, DType::I32).is_err());
+    // Bytes not aligned for f32 are refused with the offset named (kernels read typed slices).
+    let odd: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![0u8; 16]);
+    let e = a.bind_param_external("w", odd, 1..9, DType::F32).unwrap_err().to_string();
+    assert!(e.contains("offset 1") && e.contains("aligned"), "{e}");
     // The cache is written by the graph: read-only bytes are refused.
     let long: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![0u8; 32]);
     assert!(a.bind_param_external("cache", long, 0..32, DType::F32).is_err());
