@@ -10,11 +10,58 @@ pub fn python() -> String {
     std::env::var("RLX_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// The running peer server.
-pub struct PyPeers {
+/// A Python script that answers each command line on its stdin with one JSON line.
+pub struct LineServer {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    name: &'static str,
+}
+
+impl LineServer {
+    /// Starts `python3 script`; `name` labels its errors.
+    pub fn spawn(script: &str, name: &'static str) -> Result<Self, String> {
+        let mut child = Command::new(python())
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {} {script}: {e}", python()))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        Ok(LineServer { child, stdin, stdout, name })
+    }
+
+    /// Sends one command and reads its JSON answer (an `error` field becomes Err).
+    pub fn ask(&mut self, cmd: &str) -> Result<Value, String> {
+        let name = self.name;
+        writeln!(self.stdin, "{cmd}").map_err(|e| format!("{name}: {e}"))?;
+        self.stdin.flush().map_err(|e| format!("{name}: {e}"))?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| format!("{name}: {e}"))?;
+        if line.is_empty() {
+            return Err(format!("the {name} exited (are its Python modules installed?)"));
+        }
+        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{name} answer: {e}"))?;
+        match v.get("error") {
+            Some(e) => Err(e.as_str().unwrap_or("error").to_string()),
+            None => Ok(v),
+        }
+    }
+}
+
+impl Drop for LineServer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The running peer server.
+pub struct PyPeers {
+    server: LineServer,
     /// Module versions that import (None where missing).
     pub have: Value,
 }
@@ -23,16 +70,7 @@ impl PyPeers {
     /// Starts the server; fails with the reason when Python or numpy is missing.
     pub fn start() -> Result<Self, String> {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/py/peer_server.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", python()))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let mut p = PyPeers { child, stdin, stdout, have: Value::Null };
+        let mut p = PyPeers { server: LineServer::spawn(script, "peer server")?, have: Value::Null };
         p.have = p.ask("probe")?;
         Ok(p)
     }
@@ -44,18 +82,7 @@ impl PyPeers {
 
     /// Sends one command and reads its JSON answer (an `error` field becomes Err).
     pub fn ask(&mut self, cmd: &str) -> Result<Value, String> {
-        writeln!(self.stdin, "{cmd}").map_err(|e| format!("peer server: {e}"))?;
-        self.stdin.flush().map_err(|e| format!("peer server: {e}"))?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| format!("peer server: {e}"))?;
-        if line.is_empty() {
-            return Err("the peer server exited".into());
-        }
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("peer server answer: {e}"))?;
-        match v.get("error") {
-            Some(e) => Err(e.as_str().unwrap_or("error").to_string()),
-            None => Ok(v),
-        }
+        self.server.ask(cmd)
     }
 
     /// The `seconds` list of an answer, in milliseconds.
@@ -63,13 +90,6 @@ impl PyPeers {
         v.get("seconds")
             .and_then(Value::as_array)
             .map_or(vec![], |a| a.iter().filter_map(Value::as_f64).map(|s| s * 1e3).collect())
-    }
-}
-
-impl Drop for PyPeers {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1,65 +1,19 @@
 //! The char-GPT training step (batch 16, ctx 128, AdamW) of RLX against JAX's jitted step,
 //! interleaved round by round (`tools/jax_gpt_step.py` is the JAX side).
 
-use crate::peers::python;
+use crate::peers::LineServer;
 use crate::probe::load_avg;
 use crate::stats::median;
 use rlx_nn::gpt::{self, GptConfig};
 use rlx_nn::optim::Schedule;
 use rlx_nn::{Adam, ParamStore, Rng, TrainConfig, TrainStep};
-use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
-/// The JAX step server.
-struct JaxStep {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl JaxStep {
-    fn start() -> Result<Self, String> {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/jax_gpt_step.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {} {script}: {e}", python()))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        Ok(JaxStep { child, stdin, stdout })
-    }
-
-    fn ask(&mut self, cmd: &str) -> Result<Value, String> {
-        writeln!(self.stdin, "{cmd}").map_err(|e| format!("jax step: {e}"))?;
-        self.stdin.flush().map_err(|e| format!("jax step: {e}"))?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| format!("jax step: {e}"))?;
-        if line.is_empty() {
-            return Err("the JAX step server exited (is jax installed?)".into());
-        }
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("jax step answer: {e}"))?;
-        match v.get("error") {
-            Some(e) => Err(e.as_str().unwrap_or("error").to_string()),
-            None => Ok(v),
-        }
-    }
-}
-
-impl Drop for JaxStep {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The RLX step of the same model, batch and optimizer, with its first-call time.
-fn rlx_step() -> Result<(TrainStep, Vec<(rlx_ir::HostTensor, rlx_ir::HostTensor)>, f64), String> {
+/// The compiled step, its (tokens, targets) batches and the compile time in ms.
+type RlxStep = (TrainStep, Vec<(rlx_ir::HostTensor, rlx_ir::HostTensor)>, f64);
+
+fn rlx_step() -> Result<RlxStep, String> {
     let e = |e: rlx_ir::Error| e.to_string();
     let vocab: String = (0..65u8).map(|i| (b' ' + i) as char).collect();
     let cfg = GptConfig::small(vocab);
@@ -80,13 +34,16 @@ fn rlx_step() -> Result<(TrainStep, Vec<(rlx_ir::HostTensor, rlx_ir::HostTensor)
 pub fn compare(rounds: usize, per: usize) -> Result<(), String> {
     println!("\n## Char-GPT training step (B16 x T128, 4 layers, d 128, AdamW; fwd + bwd + update)\n");
     let (mut step, batches, rlx_first) = rlx_step()?;
-    let mut jax = match JaxStep::start().and_then(|mut j| j.ask("init").map(|v| (j, v))) {
-        Ok(j) => Some(j),
-        Err(e) => {
-            println!("JAX peer skipped: {e}");
-            None
-        }
-    };
+    let mut jax =
+        match LineServer::spawn(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/jax_gpt_step.py"), "JAX step server")
+            .and_then(|mut j| j.ask("init").map(|v| (j, v)))
+        {
+            Ok(j) => Some(j),
+            Err(e) => {
+                println!("JAX peer skipped: {e}");
+                None
+            }
+        };
     let (mut rt, mut jt) = (vec![], vec![]);
     let mut loss = f32::NAN;
     let mut loads = vec![];
