@@ -109,8 +109,29 @@ fn quantized_matmul_and_dequantize() {
     }
 }
 
+/// A residual add fused into layer_norm (`fused_norm`), on enough rows to use the pool.
+fn fused_norm_prologue() {
+    use rlx_ir::ops::{BinaryKind, Fused, FusedNorm, Instr, NormKind};
+    let (rows, n) = (128, 384);
+    let mut g = Graph::new("fused-norm");
+    let x = g.input("x", Shape::new(&[rows, n], DType::F32));
+    let r = g.input("r", Shape::new(&[rows, n], DType::F32));
+    let gamma = g.param("gamma", Shape::new(&[n], DType::F32));
+    let beta = g.param("beta", Shape::new(&[n], DType::F32));
+    let prologue = Fused { program: vec![Instr::Input(0), Instr::Input(1), Instr::Binary(BinaryKind::Add, 0, 1)] };
+    let y = g.add_node(FusedNorm { prologue, norm: NormKind::LayerNorm, eps: 1e-5 }, &[x, r, gamma, beta]);
+    g.set_outputs(vec![y]);
+    let v =
+        |len: usize, k: f32| HostTensor::from_f32(&[len], &(0..len).map(|i| (i as f32 * k).sin()).collect::<Vec<_>>());
+    let xs = HostTensor::from_f32(&[rows, n], &(0..rows * n).map(|i| (i as f32 * 0.1).sin()).collect::<Vec<_>>());
+    let rs = HostTensor::from_f32(&[rows, n], &(0..rows * n).map(|i| (i as f32 * 0.3).cos()).collect::<Vec<_>>());
+    let params = [v(n, 0.2).unwrap(), v(n, 0.7).unwrap()];
+    assert_eq!(allocs_during_run(&g, &params, &[xs.unwrap(), rs.unwrap()]), 0);
+}
+
 #[test]
 fn warm_runs_allocate_nothing() {
+    fused_norm_prologue();
     elementwise_reduce_softmax_gather_topk();
     small_matmul();
     threaded_matmul();

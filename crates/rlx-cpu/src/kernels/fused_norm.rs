@@ -84,23 +84,30 @@ fn build<T: Compute>(p: Plan) -> Kernel {
     let mut gb = vec![T::C::ZERO; 2 * n];
     let (simd, eps) = (avx2_fma(), T::C::from_f64(eps));
     let last = program.len() - 1;
+    // The prologue inputs as (address, length), refilled each run without allocating.
+    let mut addrs: Vec<(usize, usize)> = Vec::with_capacity(k);
     Box::new(move |b: &Bufs<'_>| {
-        for (i, g) in gb[..n].iter_mut().enumerate() {
-            *g = b.input::<T>(k)[i].load();
+        for (g, x) in gb[..n].iter_mut().zip(b.input::<T>(k)) {
+            *g = x.load();
         }
         if layer {
-            for (i, g) in gb[n..].iter_mut().enumerate() {
-                *g = b.input::<T>(k + 1)[i].load();
+            for (g, x) in gb[n..].iter_mut().zip(b.input::<T>(k + 1)) {
+                *g = x.load();
             }
         }
         let (gamma, beta) = gb.split_at(n);
-        let ins: Vec<&[T]> = (0..k).map(|i| b.input::<T>(i)).collect();
+        addrs.clear();
+        addrs.extend((0..k).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
+        let addrs = &addrs;
         let y = SharedMut(b.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
             let mut s = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
             let Scratch { regs, row } = &mut *s;
+            // SAFETY: the inputs are arena or param bytes that outlive the run; fused_norm never
+            // runs in place, so nothing writes them meanwhile.
+            let input = |i: usize| unsafe { std::slice::from_raw_parts(addrs[i].0 as *const T, addrs[i].1) };
             for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
-                prologue_row(&program, &consts, &srcs, &ins, regs, r, n);
+                prologue_row(&program, &consts, &srcs, &input, regs, r, n);
                 for (c, &v) in row.iter_mut().zip(&regs[last * n..]) {
                     *c = v.load();
                 }
@@ -117,11 +124,11 @@ fn build<T: Compute>(p: Plan) -> Kernel {
 }
 
 /// Runs the prologue over row `r`: register `j` holds instruction `j`'s row.
-fn prologue_row<T: Compute>(
+fn prologue_row<'a, T: Compute>(
     program: &[Instr],
     consts: &[T],
     srcs: &[RowSrc],
-    ins: &[&[T]],
+    input: &dyn Fn(usize) -> &'a [T],
     regs: &mut [T],
     r: usize,
     n: usize,
@@ -132,11 +139,12 @@ fn prologue_row<T: Compute>(
         let reg = |a: usize| &done[a * n..(a + 1) * n];
         match *instr {
             Instr::Input(i) => match &srcs[i] {
-                RowSrc::Same => out.copy_from_slice(&ins[i][r * n..(r + 1) * n]),
-                RowSrc::Splat => out.fill(ins[i][0]),
-                RowSrc::Vector => out.copy_from_slice(&ins[i][..n]),
+                RowSrc::Same => out.copy_from_slice(&input(i)[r * n..(r + 1) * n]),
+                RowSrc::Splat => out.fill(input(i)[0]),
+                RowSrc::Vector => out.copy_from_slice(&input(i)[..n]),
                 RowSrc::Map(m) => {
-                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = ins[i][e as usize])
+                    let x = input(i);
+                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize])
                 }
             },
             Instr::Const(_) => out.fill(consts[j]),
