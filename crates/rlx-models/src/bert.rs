@@ -4,7 +4,9 @@
 use crate::safetensors::SafetensorsFile;
 use rlx_ir::{DType, Error, Graph, NodeId, Result, Shape};
 use serde::Deserialize;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The fields of a Hugging Face BERT `config.json` that the encoder uses.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -327,21 +329,46 @@ pub fn check_weights(cfg: &BertConfig, file: &SafetensorsFile, prefix: &str) -> 
     Ok(())
 }
 
-/// The graph param data of one weight: f32, linear weights transposed to `[in, out]`.
-pub fn weight_data(cfg: &BertConfig, file: &SafetensorsFile, prefix: &str, w: BertWeight) -> Result<Vec<f32>> {
-    let (shape, transposed) = w.file_shape(cfg);
-    let data = file.f32_tensor(&format!("{prefix}{}", w.hf_name()), &shape)?;
-    if !transposed {
-        return Ok(data.into_owned());
+/// Bytes a param can be bound to: a shared owner and the byte range inside it.
+pub type ParamBytes = (Arc<dyn AsRef<[u8]> + Send + Sync>, Range<usize>);
+
+/// f32 data owned on the heap, seen as bytes (4-byte aligned, as f32 params need).
+struct OwnedF32(Vec<f32>);
+
+impl AsRef<[u8]> for OwnedF32 {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
     }
-    let (rows, cols) = (shape[0], shape[1]);
-    let mut t = vec![0.0f32; data.len()];
-    for r in 0..rows {
-        for (c, &v) in data[r * cols..(r + 1) * cols].iter().enumerate() {
-            t[c * rows + r] = v;
+}
+
+/// The graph param bytes of one weight: aligned F32 tensors that need no transpose stay in the
+/// file's map (no copy); the rest is converted to f32, linear weights transposed to `[in, out]`.
+pub fn weight_bytes(cfg: &BertConfig, file: &SafetensorsFile, prefix: &str, w: BertWeight) -> Result<ParamBytes> {
+    let (shape, transposed) = w.file_shape(cfg);
+    let name = format!("{prefix}{}", w.hf_name());
+    if !transposed && let Some((map, range)) = file.f32_bytes(&name, &shape)? {
+        return Ok((map, range));
+    }
+    let data = file.f32_tensor(&name, &shape)?;
+    let data = if transposed { transpose(&data, shape[0], shape[1]) } else { data.into_owned() };
+    let len = data.len() * 4;
+    Ok((Arc::new(OwnedF32(data)), 0..len))
+}
+
+/// `[rows, cols]` to `[cols, rows]`, in 32 x 32 tiles so both sides stay in cache.
+fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut out = vec![0.0f32; src.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    out[c * rows + r] = src[r * cols + c];
+                }
+            }
         }
     }
-    Ok(t)
+    out
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! model.safetensors, tokenizer.json and the optional sentence-transformers configs) run on an
 //! rlx device. One compiled graph per batch shape, kept for reuse.
 
-use crate::bert::{BertConfig, BertWeight, Pooling, SentenceOptions, bert_graph, check_weights, weight_data};
+use crate::bert::{
+    BertConfig, BertWeight, ParamBytes, Pooling, SentenceOptions, bert_graph, check_weights, weight_bytes,
+};
 use crate::safetensors::SafetensorsFile;
 use crate::tokenizer::{TextTokenizer, TokenBatch};
 use rlx_driver::Device;
@@ -16,8 +18,8 @@ pub struct SentenceEmbedder {
     dir: PathBuf,
     cfg: BertConfig,
     opts: SentenceOptions,
-    weights: SafetensorsFile,
-    prefix: String,
+    /// Param name and bytes of every weight, converted once and bound to each compiled shape.
+    params: Vec<(String, ParamBytes)>,
     tokenizer: TextTokenizer,
     max_len: usize,
     session: Session,
@@ -79,6 +81,10 @@ impl SentenceEmbedder {
         let first = BertWeight::WordEmb.hf_name();
         let prefix = if !weights.contains(&first) && weights.contains(&format!("bert.{first}")) { "bert." } else { "" };
         check_weights(&cfg, &weights, prefix)?;
+        let params = BertWeight::all(&cfg)
+            .into_iter()
+            .map(|w| Ok((w.hf_name(), weight_bytes(&cfg, &weights, prefix, w)?)))
+            .collect::<Result<Vec<_>>>()?;
         // sentence-transformers truncates to max_seq_length; never beyond the position table.
         let st = read_json(&dir.join("sentence_bert_config.json"))?;
         let st_max = st.and_then(|v| v["max_seq_length"].as_u64()).map(|v| v as usize);
@@ -88,8 +94,7 @@ impl SentenceEmbedder {
             dir,
             cfg,
             opts,
-            weights,
-            prefix: prefix.into(),
+            params,
             tokenizer,
             max_len,
             session: Session::new(device),
@@ -128,9 +133,8 @@ impl SentenceEmbedder {
         if !self.compiled.contains_key(&(batch, seq)) {
             let g = bert_graph(&self.cfg, self.opts, batch, seq);
             let mut c = self.session.compile(g)?;
-            for w in BertWeight::all(&self.cfg) {
-                let data = weight_data(&self.cfg, &self.weights, &self.prefix, w)?;
-                c.set_param(&w.hf_name(), &data)?;
+            for (name, (owner, range)) in &self.params {
+                c.bind_param_external(name, owner.clone(), range.clone(), DType::F32)?;
             }
             self.compiled.insert((batch, seq), c);
         }

@@ -5,7 +5,9 @@ use memmap2::Mmap;
 use rlx_ir::{Error, Result};
 use safetensors::{Dtype, SafeTensors, tensor::Metadata};
 use std::borrow::Cow;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One entry of a safetensors header.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +25,7 @@ pub struct TensorEntry {
 /// A safetensors file mapped into memory; tensors are read lazily from the map.
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: Mmap,
+    map: Arc<Mmap>,
     header_len: usize,
     meta: Metadata,
 }
@@ -48,7 +50,7 @@ impl SafetensorsFile {
         let map = unsafe { Mmap::map(&file) }.map_err(|e| model_err(path, format!("mmap failed: {e}")))?;
         let (header_len, meta) = SafeTensors::read_metadata(&map)
             .map_err(|e| model_err(path, format!("not a valid safetensors file: {e}")))?;
-        Ok(SafetensorsFile { path: path.to_path_buf(), map, header_len, meta })
+        Ok(SafetensorsFile { path: path.to_path_buf(), map: Arc::new(map), header_len, meta })
     }
 
     /// The file path.
@@ -121,6 +123,17 @@ impl SafetensorsFile {
             return Err(model_err(&self.path, reason));
         }
         Ok(info)
+    }
+
+    /// The map and the byte range of an F32 tensor stored 4-byte aligned, after checking its
+    /// shape is `expected`: the bytes can be bound as a param without a copy. `None` for other
+    /// dtypes or unaligned data.
+    pub fn f32_bytes(&self, name: &str, expected: &[usize]) -> Result<Option<(Arc<Mmap>, Range<usize>)>> {
+        let info = self.check(name, expected)?;
+        let base = 8 + self.header_len;
+        let range = base + info.data_offsets.0..base + info.data_offsets.1;
+        let aligned = bytemuck_f32(&self.map[range.clone()]).is_some();
+        Ok((info.dtype == Dtype::F32 && aligned).then(|| (self.map.clone(), range)))
     }
 
     /// The tensor's data as f32, converted from F32, F16 or BF16, after checking that its
