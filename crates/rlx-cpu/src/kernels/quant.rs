@@ -3,7 +3,9 @@
 //! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
 //! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2 or portable int8 dot
 //! products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
-//! Decode (one row) splits the output features over threads. Prefill (m > 1) quantizes each
+//! Decode (one row) splits the output features over threads; Q4_K and Q6_K weights that are
+//! params are repacked once per version into interleaved eight-row groups (`repack.rs`, a second
+//! copy of the weights, ~1.03x their size; `RLX_QUANT_REPACK=0`: none). Prefill (m > 1) quantizes each
 //! activation row once and runs a batched int8 matmul (`gemm.rs`): weight rows unpacked once into
 //! a small tile that every activation row reuses.
 
@@ -12,6 +14,9 @@ mod blocks4;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
+mod repack;
+#[cfg(target_arch = "x86_64")]
+mod x8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -191,6 +196,9 @@ impl BuiltQMatMul {
         if m > 1 && batched(scheme, isa) {
             return Ok(self.batched_kernel());
         }
+        if m == 1 && repacked(scheme, isa) {
+            return Ok(self.repacked_kernel());
+        }
         match row_dot(scheme, isa) {
             Some(RowDot::K(f)) => {
                 // Scratch for the quantized activations, allocated once here.
@@ -231,6 +239,41 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
     {
         let _ = (scheme, isa);
         false
+    }
+}
+
+/// Whether decode (m = 1) repacks the weights into interleaved row groups (`repack.rs`);
+/// `RLX_QUANT_REPACK=0` turns it off (row dot products on the original layout instead).
+fn repacked(scheme: QuantScheme, isa: Isa) -> bool {
+    isa != Isa::Scalar
+        && repack::group_block_bytes(scheme).is_some()
+        && std::env::var("RLX_QUANT_REPACK").map_or(true, |v| v != "0")
+}
+
+impl BuiltQMatMul {
+    /// The decode kernel over weights repacked once per param version (the first run of each
+    /// version makes the copy); weights that are not params take the row path.
+    fn repacked_kernel(self) -> Kernel {
+        let BuiltQMatMul { scheme, k, rb, n, isa, .. } = self;
+        let Some(RowDot::K(f)) = row_dot(scheme, isa) else { unreachable!("repacked schemes are K-quants") };
+        let mut act = vec![Q8K::default(); k / 256];
+        let mut ps = vec![[0i32; 4]; k / 256];
+        let mut cache = repack::Cache::new(scheme, n, k);
+        Box::new(move |b: &Bufs<'_>| {
+            dot::quantize_q8k(b.input::<f32>(0), &mut act);
+            let y = OutPtr(b.output::<f32>().as_mut_ptr());
+            let w = b.input::<u8>(1);
+            match cache.get(b.input_version(1), w) {
+                Some(packed) => {
+                    if scheme == QuantScheme::Q4_K {
+                        repack::pair_sums(&act, &mut ps);
+                    }
+                    repack::matvec(isa, scheme, packed, &act, &ps, n, k, y);
+                }
+                None => matmul_rows(&act, k / 256, w, rb, n, y, f),
+            }
+            Ok(())
+        })
     }
 }
 

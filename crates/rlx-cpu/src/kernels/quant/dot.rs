@@ -34,8 +34,18 @@ pub struct Q80 {
     pub sum: i32,
 }
 
-/// Quantizes `x` (a multiple of `out.len()` blocks) to i8 with a scale per block of `qs.len()`.
+/// Quantizes `x` to i8 `qs` with one scale (AVX2 when the CPU has it, bit for bit the same).
 fn quantize_block(x: &[f32], qs: &mut [i8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if x.len().is_multiple_of(32) && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2; callers pass equal lengths.
+        return unsafe { super::x86::quantize_block_avx2(x, qs) };
+    }
+    quantize_block_scalar(x, qs)
+}
+
+/// `quantize_block` in portable Rust.
+pub fn quantize_block_scalar(x: &[f32], qs: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     if amax == 0.0 {
         qs.fill(0);
@@ -201,6 +211,33 @@ pub fn q4_0(w: &[u8], a: &[Q80]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn simd_activation_quantization_matches_the_portable_one() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut x: Vec<f32> =
+            rlx_ir::ops::util::rand_f64(256 * 8, -3.0, 3.0, 5).into_iter().map(|v| v as f32).collect();
+        // Exact halves (ties round away from zero), NaN, infinities, zeros, tiny values.
+        x[0] = 127.0;
+        for (i, v) in x[1..64].iter_mut().enumerate() {
+            *v = (i as f32 - 31.0) * 0.5;
+        }
+        x[300] = f32::NAN;
+        x[600] = f32::INFINITY;
+        x[1024..1280].fill(0.0);
+        x[1300..1556].iter_mut().for_each(|v| *v *= 1e-30);
+        for (b, c) in x.chunks_exact(256).enumerate() {
+            let (mut q0, mut q1) = ([0i8; 256], [0i8; 256]);
+            let d0 = quantize_block_scalar(c, &mut q0);
+            // SAFETY: the CPU has AVX2.
+            let d1 = unsafe { super::super::x86::quantize_block_avx2(c, &mut q1) };
+            assert_eq!(d0.to_bits(), d1.to_bits(), "block {b}");
+            assert_eq!(q0, q1, "block {b}");
+        }
+    }
 
     #[test]
     fn packed_scale_unpacking_matches_the_definition() {

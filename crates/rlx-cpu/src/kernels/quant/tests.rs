@@ -196,3 +196,126 @@ fn batched_path_matches_dequantized_f32_matmul_and_the_row_path() {
     eprintln!("batched cases checked: {checked}");
     assert!(checked > 0 || Isa::detect() == Isa::Scalar);
 }
+
+/// K-quant rows (`n` x `blocks` blocks) with random values and one all-0xFF block (finite scales).
+fn k_rows(s: QuantScheme, n: usize, blocks: usize, seed: u64) -> Vec<u8> {
+    let k = 256 * blocks;
+    let mut w = s.quantize_rows(&rand(n * k, [1.0, 30.0, 1e-3][seed as usize % 3], seed), k).unwrap();
+    let bb = s.block_bytes();
+    let last = (n * blocks - 1) * bb;
+    w[last..last + bb].fill(0xFF);
+    let at = if s == QuantScheme::Q6_K { bb - 2 } else { 0 };
+    w[last + at..last + at + 2].copy_from_slice(&half::f16::from_f32(0.25).to_le_bytes());
+    if s == QuantScheme::Q4_K {
+        w[last + 2..last + 4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+    }
+    w
+}
+
+#[test]
+fn repacked_groups_match_the_row_path_exactly_and_the_dequantized_reference() {
+    use super::repack;
+    let mut checked = 0;
+    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q6_K].into_iter().enumerate() {
+        // Row counts around the group of eight (tails of 1..7 rows) and several block counts.
+        for (n, blocks) in [(1usize, 1usize), (7, 3), (8, 1), (9, 2), (17, 8), (30, 1)] {
+            let k = 256 * blocks;
+            let seed = 5000 + 100 * si as u64 + n as u64;
+            let w = k_rows(s, n, blocks, seed);
+            let rb = s.row_bytes(k).unwrap();
+            let x = rand(k, 1.0, seed + 1);
+            let mut a = vec![Q8K::default(); blocks];
+            quantize_q8k(&x, &mut a);
+            let mut ps = vec![[0i32; 4]; blocks];
+            repack::pair_sums(&a, &mut ps);
+            let gb = repack::group_block_bytes(s).unwrap() * blocks;
+            let mut packed = vec![0u8; n.div_ceil(repack::ROWS) * gb];
+            repack::repack(s, &w, n, k, &mut packed);
+            let mut deq = vec![0f32; n * k];
+            s.dequantize_rows(&w, k, &mut deq).unwrap();
+            let mut isas = Isa::available();
+            isas.retain(|&i| i != Isa::Scalar);
+            for isa in [Isa::Scalar].into_iter().chain(isas) {
+                let mut y = vec![f32::NAN; n];
+                if isa == Isa::Scalar {
+                    // The layout read back value by value.
+                    for (g, ys) in y.chunks_mut(repack::ROWS).enumerate() {
+                        let mut out = [0f32; repack::ROWS];
+                        repack::scalar(s, &packed[g * gb..(g + 1) * gb], &a, &mut out);
+                        ys.copy_from_slice(&out[..ys.len()]);
+                    }
+                } else {
+                    repack::matvec(isa, s, &packed, &a, &ps, n, k, super::OutPtr(y.as_mut_ptr()));
+                }
+                for j in 0..n {
+                    let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x);
+                    assert_eq!(y[j].to_bits(), want.to_bits(), "{s} {isa:?} n={n} k={k} row {j}: {} vs {want}", y[j]);
+                    let wj = &deq[j * k..(j + 1) * k];
+                    let exact: f64 = x.iter().zip(wj).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let mag: f64 = wj.iter().map(|v| v.abs() as f64).sum();
+                    let bound = mag / 254.0 + 1e-5 * mag;
+                    assert!((y[j] as f64 - exact).abs() <= bound, "{s} {isa:?} row {j}: {} vs exact {exact}", y[j]);
+                }
+                checked += 1;
+            }
+            // Rows past n in the last group are zero.
+            let tail = n % repack::ROWS;
+            if tail != 0 {
+                let mut out = [f32::NAN; repack::ROWS];
+                repack::scalar(s, &packed[packed.len() - gb..], &a, &mut out);
+                assert!(out[tail..].iter().all(|&v| v == 0.0), "{s} n={n}: {out:?}");
+            }
+        }
+    }
+    eprintln!("repacked cases checked: {checked}");
+}
+
+#[test]
+fn compiled_decode_repacks_per_param_version() {
+    use rlx_driver::Backend;
+    use rlx_ir::{DType, Graph, Shape};
+    let cpu = crate::CpuBackend::new();
+    for s in [QuantScheme::Q4_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
+        let (n, k) = (21, 512);
+        let rb = s.row_bytes(k).unwrap();
+        let mut g = Graph::new("decode");
+        let x = g.input("x", Shape::new(&[1, k], DType::F32));
+        let w = g.param("w", Shape::new(&[n, rb], DType::U8));
+        let y = g.qmatmul(x, w, s, k);
+        g.set_outputs(vec![y]);
+        let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
+        let mut exe = cpu.compile(&legal).unwrap();
+        let xv = rand(k, 1.0, 77);
+        let xb: Vec<u8> = xv.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for round in 0..3u64 {
+            let wb = s.quantize_rows(&rand(n * k, 1.0, 900 + round), k).unwrap();
+            exe.set_param(0, &wb).unwrap();
+            let want: Vec<f32> = (0..n).map(|j| run(s, Isa::Scalar, &wb[j * rb..(j + 1) * rb], &xv)).collect();
+            // The first run of a version makes the repacked copy, later ones reuse it.
+            for r in 0..3 {
+                let mut out = vec![0u8; n * 4];
+                exe.run(&[&xb], &mut [out.as_mut_slice()]).unwrap();
+                let got: Vec<f32> = out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+                for j in 0..n {
+                    assert_eq!(got[j].to_bits(), want[j].to_bits(), "{s} round {round} run {r} row {j}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q6k_value_unpacking_paths_agree() {
+    let w = k_rows(QuantScheme::Q6_K, 1, 4, 31);
+    for blk in w.chunks_exact(210) {
+        let want = super::repack::q6_values_scalar(blk);
+        assert_eq!(super::repack::q6_values(blk), want);
+        let mut deq = [0f32; 256];
+        QuantScheme::Q6_K.dequantize_rows(blk, 256, &mut deq).unwrap();
+        let d = half::f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+        for (e, (&q, &x)) in want.iter().zip(&deq).enumerate() {
+            let sc = blk[192 + e / 16] as i8 as f32;
+            assert_eq!(d * sc * (q as f32 - 32.0), x, "value {e}");
+        }
+    }
+}

@@ -228,3 +228,50 @@ macro_rules! isa {
 
 isa!(avx2, "avx2,fma,f16c", udot_avx2, sdot_avx2);
 isa!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", udot_vnni, sdot_vnni);
+
+/// `dot::quantize_block` for a multiple of 32 values, bit for bit: the same scale, products
+/// rounded half away from zero (`f32::round`), NaN to 0.
+///
+/// # Safety
+/// The CPU must support AVX2; `qs.len() == x.len()`, a multiple of 32.
+#[target_feature(enable = "avx2")]
+pub unsafe fn quantize_block_avx2(x: &[f32], qs: &mut [i8]) -> f32 {
+    assert!(x.len() == qs.len() && x.len().is_multiple_of(32));
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut m = _mm256_setzero_ps();
+    for c in x.chunks_exact(8) {
+        // SAFETY: 8 floats. `max(|v|, m)` keeps m when v is NaN, as `f32::max`.
+        m = _mm256_max_ps(_mm256_and_ps(unsafe { _mm256_loadu_ps(c.as_ptr()) }, abs), m);
+    }
+    let mut l = [0f32; 8];
+    // SAFETY: 8 floats.
+    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), m) };
+    let amax = l.iter().fold(0f32, |a, &v| a.max(v));
+    if amax == 0.0 {
+        qs.fill(0);
+        return 0.0;
+    }
+    let iscale = _mm256_set1_ps(127.0 / amax);
+    let (half, sign) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.0));
+    let one = _mm256_set1_ps(1.0);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let round = |at: &[f32]| {
+        // SAFETY: 8 floats.
+        let v = _mm256_mul_ps(unsafe { _mm256_loadu_ps(at.as_ptr()) }, iscale);
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        // Half away from zero: one more step, with v's sign, when the dropped part is >= 0.5.
+        let up = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), half);
+        let r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(v, sign), one)));
+        let r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0)), _mm256_set1_ps(127.0));
+        // NaN lanes to 0 (the scalar cast's result).
+        _mm256_cvtps_epi32(_mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v)))
+    };
+    for (c, q) in x.chunks_exact(32).zip(qs.chunks_exact_mut(32)) {
+        let ab = _mm256_packs_epi32(round(&c[0..8]), round(&c[8..16]));
+        let cd = _mm256_packs_epi32(round(&c[16..24]), round(&c[24..32]));
+        let b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
+        // SAFETY: 32 bytes.
+        unsafe { _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, b) };
+    }
+    amax / 127.0
+}

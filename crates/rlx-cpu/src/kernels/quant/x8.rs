@@ -1,0 +1,155 @@
+//! x86 kernels over the repacked eight-row groups (`repack.rs`): lane r of every vector is row r.
+//! Four values of eight rows load as one 32-byte vector and meet one broadcast 4-byte group of
+//! activations (`vpdpbusd`, or `maddubs` + `madd` on AVX2); block scales apply per lane; each
+//! lane's float steps are `combine_k`'s, so results match the row path bit for bit.
+
+use super::blocks4::{macc_avx2, macc_vnni};
+use super::dot::Q8K;
+use super::repack::{Q4K_GB, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
+use std::arch::x86_64::*;
+
+/// `acc + ` u8 x i8 products summed in fours (AVX2: pairs to i16, then to i32; no saturation
+/// for the values here: at most 2 x 63 x 127 per pair).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn dot_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+}
+
+/// As `dot_avx2`, one VNNI instruction.
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+#[inline]
+fn dot_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(acc, u, s)
+}
+
+macro_rules! x8 {
+    ($m:ident, $feat:literal, $dot:ident, $macc:ident) => {
+        /// Eight-row group kernels for one instruction set.
+        pub mod $m {
+            use super::*;
+
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn load(p: *const u8) -> __m256i {
+                // SAFETY: callers pass pointers with 32 readable bytes.
+                unsafe { _mm256_loadu_si256(p as *const __m256i) }
+            }
+
+            /// The 4 bytes at `p` in every 32-bit lane.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn bcast(p: *const i8) -> __m256i {
+                // SAFETY: callers pass pointers with 4 readable bytes.
+                _mm256_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
+            }
+
+            /// Q4_K: the eight rows of one group (`a.len()` blocks) . activations, into `out`.
+            /// `ps` holds `repack::pair_sums` of `a`.
+            ///
+            /// # Safety
+            /// The CPU must support the module's features; `w` holds `a.len()` group blocks.
+            #[target_feature(enable = $feat)]
+            pub unsafe fn q4k(w: &[u8], a: &[Q8K], ps: &[[i32; 4]], out: &mut [f32; ROWS]) {
+                assert!(w.len() >= a.len() * Q4K_GB && ps.len() >= a.len());
+                let m4 = _mm256_set1_epi8(0xF);
+                let mut acc = _mm256_setzero_ps();
+                for (bi, (a, ps)) in a.iter().zip(ps).enumerate() {
+                    // SAFETY: block bi of the group (asserted above); 256 activations.
+                    unsafe {
+                        let p = w.as_ptr().add(bi * Q4K_GB);
+                        let q8 = a.qs.as_ptr();
+                        // Eight independent sums (one per 32-value sub-block), advanced in turn,
+                        // so the dot products' latency overlaps.
+                        let mut s = [_mm256_setzero_si256(); 8];
+                        for g in 0..8 {
+                            for c in 0..4 {
+                                let q = load(p.add(160 + 256 * c + 32 * g));
+                                let lo = _mm256_and_si256(q, m4);
+                                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                                s[2 * c] = $dot(s[2 * c], lo, bcast(q8.add(64 * c + 4 * g)));
+                                s[2 * c + 1] = $dot(s[2 * c + 1], hi, bcast(q8.add(64 * c + 32 + 4 * g)));
+                            }
+                        }
+                        let mut isum = _mm256_setzero_si256();
+                        for (j, &sj) in s.iter().enumerate() {
+                            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * j) as *const __m128i));
+                            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sj, sc));
+                        }
+                        let mut msum = _mm256_setzero_si256();
+                        for (q, &pair) in ps.iter().enumerate() {
+                            let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(p.add(96 + 16 * q) as *const __m128i));
+                            msum = $macc(msum, mins, _mm256_set1_epi32(pair));
+                        }
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16) as *const __m128i));
+                        let ad = _mm256_set1_ps(a.d);
+                        // As `combine_k`, lane by lane: (acc + (a_d d) isum) - (a_d dmin) msum.
+                        let t = _mm256_mul_ps(_mm256_mul_ps(ad, d), _mm256_cvtepi32_ps(isum));
+                        let u = _mm256_mul_ps(_mm256_mul_ps(ad, dmin), _mm256_cvtepi32_ps(msum));
+                        acc = _mm256_sub_ps(_mm256_add_ps(acc, t), u);
+                    }
+                }
+                // SAFETY: 8 floats.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+            }
+
+            /// Q6_K: the eight rows of one group (`a.len()` blocks) . activations, into `out`.
+            ///
+            /// # Safety
+            /// As `q4k`.
+            #[target_feature(enable = $feat)]
+            pub unsafe fn q6k(w: &[u8], a: &[Q8K], out: &mut [f32; ROWS]) {
+                assert!(w.len() >= a.len() * Q6K_GB);
+                let (m4, m2) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(3));
+                let hb = |v: __m256i| _mm256_slli_epi16::<4>(_mm256_and_si256(v, m2));
+                let mut acc = _mm256_setzero_ps();
+                for (bi, a) in a.iter().enumerate() {
+                    // SAFETY: block bi of the group (asserted above); 256 activations, 16 sums.
+                    unsafe {
+                        let p = w.as_ptr().add(bi * Q6K_GB);
+                        let q8 = a.qs.as_ptr();
+                        let (mut isum, mut off) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        for pr in 0..8 {
+                            // Lane r: the i16 scales of groups 2pr and 2pr + 1 of row r.
+                            let v = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(Q6K_SC + 16 * pr) as *const __m128i));
+                            let bs = (a.bsums.as_ptr().add(2 * pr) as *const i32).read_unaligned();
+                            off = $macc(off, v, _mm256_set1_epi32(bs));
+                            let sc = [_mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(v)), _mm256_srai_epi32::<16>(v)];
+                            for (e, &sc) in sc.iter().enumerate() {
+                                let g = 2 * pr + e;
+                                let q = p.add(Q6K_QS + 96 * g);
+                                let (qa, qb, qh) = (load(q), load(q.add(32)), load(q.add(64)));
+                                let v0 = _mm256_or_si256(_mm256_and_si256(qa, m4), hb(qh));
+                                let v1 = _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4),
+                                    hb(_mm256_srli_epi16::<2>(qh)),
+                                );
+                                let v2 = _mm256_or_si256(_mm256_and_si256(qb, m4), hb(_mm256_srli_epi16::<4>(qh)));
+                                let v3 = _mm256_or_si256(
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                                    hb(_mm256_srli_epi16::<6>(qh)),
+                                );
+                                let x = q8.add(16 * g);
+                                let s01 = $dot($dot(_mm256_setzero_si256(), v0, bcast(x)), v1, bcast(x.add(4)));
+                                let s23 = $dot($dot(_mm256_setzero_si256(), v2, bcast(x.add(8))), v3, bcast(x.add(12)));
+                                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(s01, s23), sc));
+                            }
+                        }
+                        // The -32 offset of every value, taken out as 32 * sum(scale * bsum).
+                        let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32::<5>(off));
+                        let d = _mm256_cvtph_ps(_mm_loadu_si128(p.add(Q6K_D) as *const __m128i));
+                        // As `combine_k` with dmin = 0 and msum = 0 (subtracting +0 changes nothing).
+                        let t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(a.d), d), _mm256_cvtepi32_ps(isum));
+                        acc = _mm256_add_ps(acc, t);
+                    }
+                }
+                // SAFETY: 8 floats.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), acc) };
+            }
+        }
+    };
+}
+
+x8!(avx2, "avx2,fma,f16c", dot_avx2, macc_avx2);
+x8!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", dot_vnni, macc_vnni);
