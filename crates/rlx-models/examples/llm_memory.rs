@@ -20,8 +20,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("loaded:             {:8.1} MiB", rss_mib());
     m.warm_weights(|_, _| {});
     println!("weights paged in:   {:8.1} MiB", rss_mib());
+    m.prepare(1, 1)?;
+    println!("decode compiled:    {:8.1} MiB", rss_mib());
     m.prepare(1, 16)?;
-    println!("graphs compiled:    {:8.1} MiB", rss_mib());
+    println!("prefill compiled:   {:8.1} MiB", rss_mib());
     let prompt: Vec<u32> = (300..316).collect();
     m.prefill_logits(&[prompt])?;
     println!("after prefill:      {:8.1} MiB", rss_mib());

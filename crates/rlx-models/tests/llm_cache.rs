@@ -37,6 +37,25 @@ fn decode_steps_match_the_full_forward_pass() {
 }
 
 #[test]
+fn a_long_cache_with_few_filled_slots_gives_the_logits_of_a_tight_cache() {
+    // The same left-padded batch in a 12-slot cache and in a 1024-slot one: attention visits
+    // only the filled slots, so each step's logits agree to rounding.
+    let prompts = vec![vec![1u32, 202, 215, 191], vec![1, 170]];
+    for file in ["llama-q8_0.gguf", "qwen3-f16.gguf"] {
+        let (mut tight, mut long) = (model(file, 12), model(file, 1024));
+        let (mut a, mut b) = (tight.prefill(&prompts).unwrap(), long.prefill(&prompts).unwrap());
+        for step in 0..8u32 {
+            for (x, y) in a.iter().zip(&b) {
+                assert!(max_diff(y, x) < 1e-5, "{file}: step {step}: {}", max_diff(y, x));
+            }
+            let next = [7 + step, 40 + 3 * step];
+            (a, b) = (tight.decode(&next).unwrap(), long.decode(&next).unwrap());
+        }
+        assert_eq!((tight.position(), long.position()), (12, 12));
+    }
+}
+
+#[test]
 fn a_batch_of_different_lengths_generates_what_each_prompt_does_alone() {
     let prompts = vec![vec![1u32, 302, 315, 291, 289], vec![1, 270], vec![1, 275, 286, 298, 10, 11, 12]];
     let opts = GenerateOptions { max_tokens: 12, sampler: SamplerConfig::default(), stop_tokens: vec![] };
@@ -147,4 +166,22 @@ fn prefill_and_decode_share_weights_and_cache_without_copies() {
             assert!(!dec.param_share(&name).unwrap().buffer.is_writable(), "{name}");
         }
     }
+}
+
+#[test]
+fn llama_q_k_and_half_embeddings_are_used_from_the_file_without_a_copy() {
+    use rlx_ir::DType;
+    use rlx_models::llm::{LayerWeight, LlmWeight, ParamKind};
+    // Llama's Q/K rows stay in the file's RoPE order (the graph permutes q and k instead).
+    let m = model("llama-q8_0.gguf", 8);
+    for p in m.weights().params() {
+        if let LlmWeight::Layer(_, LayerWeight::Q | LayerWeight::K) = p.weight {
+            assert!(m.weights().file_range(p).is_some(), "{}", p.weight.gguf_name());
+        }
+    }
+    // An F16 token embedding is gathered as F16 rows, not widened to f32 at load.
+    let m = model("llama-f16.gguf", 8);
+    let emb = m.weights().params().iter().find(|p| p.weight == LlmWeight::TokenEmbd).unwrap();
+    assert_eq!(emb.kind, ParamKind::Half(DType::F16));
+    assert!(m.weights().file_range(emb).is_some());
 }

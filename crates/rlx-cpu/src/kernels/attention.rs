@@ -1,6 +1,9 @@
 //! Native attention: tiled, flash-style (online softmax over key blocks, so memory is O(block)
 //! whatever the sequence length), with causal, sliding-window and custom (bool or additive)
-//! masks and grouped-query heads. Key blocks a built-in mask hides entirely are skipped.
+//! masks and grouped-query heads. Key blocks a built-in mask hides entirely are skipped, and
+//! so are keys a custom mask hides in every row of a work item (false, or an additive -inf):
+//! decoding over a long KV cache reads only the filled slots. Such keys never enter the
+//! softmax, even when their scores are not finite (the reference adds -inf to NaN there).
 //!
 //! Work items are (batch, head, query block); the pool hands them out dynamically, and each
 //! running item borrows one of `num_threads()` preallocated scratch slots.
@@ -45,9 +48,112 @@ struct Geo {
     /// K is transposed once per run so that scores are register-tiled products; with few query
     /// rows (decode) scores are dot products with K's rows instead.
     transposed: bool,
+    /// Query blocks per head.
+    qblocks: usize,
+    /// One work item takes all query heads of a kv head (when their rows fit one block, as in
+    /// decode), so that K and V are read once per kv head.
+    grouped: bool,
+}
+
+/// The query rows of one work item: heads `h0..h0 + nh` (sharing kv head `kv`) times queries
+/// `i0..i0 + ni`; row `r` is head `h0 + r / ni`, query `i0 + r % ni`.
+#[derive(Clone, Copy)]
+struct Item {
+    bi: usize,
+    kv: usize,
+    h0: usize,
+    nh: usize,
+    i0: usize,
+    ni: usize,
+}
+
+impl Item {
+    fn rows(&self) -> usize {
+        self.nh * self.ni
+    }
+    /// (head, query) of row `r`.
+    fn row(&self, r: usize) -> (usize, usize) {
+        (self.h0 + r / self.ni, self.i0 + r % self.ni)
+    }
+}
+
+/// The keys `[lo, hi)` outside which a custom mask hides everything, per mask row, found once
+/// per run; rows are (batch, head, query) with head 0 only when the mask broadcasts over heads.
+struct Spans {
+    /// `[lo, hi)` per mask row; `lo >= hi` when the row hides every key.
+    rows: Vec<(u32, u32)>,
+    /// Distinct heads in the mask (1 when it broadcasts over heads, else `h`).
+    heads: usize,
+}
+
+impl Spans {
+    fn new(g: &Geo) -> Spans {
+        let heads = if g.ms[1] == 0 { 1 } else { g.h };
+        let n = if g.mask == MaskKind::Custom { g.b * heads * g.s } else { 0 };
+        Spans { rows: vec![(0, g.t as u32); n], heads }
+    }
+
+    /// Scans the mask rows (`hidden(m)` says whether an element hides its key).
+    fn scan<M: Copy>(&mut self, g: &Geo, mask: &[M], hidden: impl Fn(M) -> bool) {
+        let heads = self.heads;
+        for (r, span) in self.rows.iter_mut().enumerate() {
+            let (bi, hi, i) = (r / (heads * g.s), r / g.s % heads, r % g.s);
+            let base = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2];
+            let at = |j: usize| mask[base + j * g.ms[3]];
+            *span = match (0..g.t).find(|&j| !hidden(at(j))) {
+                Some(lo) => {
+                    let last = (lo..g.t).rev().find(|&j| !hidden(at(j))).unwrap_or(lo);
+                    (lo as u32, last as u32 + 1)
+                }
+                None => (0, 0),
+            };
+        }
+    }
+
+    /// The union of the spans of the item's rows, or all keys without a mask.
+    fn union(&self, g: &Geo, it: &Item) -> (usize, usize) {
+        if self.rows.is_empty() {
+            return (0, g.t);
+        }
+        let heads = if self.heads == 1 { 0..1 } else { it.h0..it.h0 + it.nh };
+        let (mut lo, mut hi_k) = (g.t, 0);
+        for hi in heads {
+            let base = (it.bi * self.heads + hi) * g.s;
+            for &(a, b) in &self.rows[base + it.i0..base + it.i0 + it.ni] {
+                if a < b {
+                    (lo, hi_k) = (lo.min(a as usize), hi_k.max(b as usize));
+                }
+            }
+        }
+        (lo, hi_k.max(lo))
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Key rows the work items of the runs on this thread visited (a test hook).
+    static KEY_ROWS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl Geo {
+    /// Work items per run.
+    fn items(&self) -> usize {
+        if self.grouped { self.b * self.kvh } else { self.b * self.h * self.qblocks }
+    }
+
+    /// The rows of work item `n`.
+    fn item(&self, n: usize) -> Item {
+        let grp = self.h / self.kvh;
+        if self.grouped {
+            let (bi, k) = (n / self.kvh, n % self.kvh);
+            return Item { bi, kv: n, h0: k * grp, nh: grp, i0: 0, ni: self.s };
+        }
+        let (bh, qb) = (n / self.qblocks, n % self.qblocks);
+        let (bi, hi) = (bh / self.h, bh % self.h);
+        let i0 = qb * BQ;
+        Item { bi, kv: bi * self.kvh + hi / grp, h0: hi, nh: 1, i0, ni: BQ.min(self.s - i0) }
+    }
+
     /// Keys `lo..hi` that rows `i0..i1` may see under the built-in mask.
     fn key_range(&self, i0: usize, i1: usize) -> (usize, usize) {
         let off = self.t as i64 - self.s as i64;
@@ -92,6 +198,8 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         ms,
         bool_mask,
         transposed: qd[2] >= 4,
+        qblocks: qd[2].div_ceil(BQ),
+        grouped: qd[1] / kd[1] * qd[2] <= BQ,
     };
     let scale = op.scale;
     with_float!(ctx.out.dtype, T => Ok(build::<T>(g, scale)), else Err(unsupported(ctx)))
@@ -142,10 +250,10 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
     // that score tiles read 16 consecutive keys.
     let tp = g.t.div_ceil(16) * 16;
     let mut kt = vec![T::C::ZERO; if g.transposed { g.b * g.kvh * g.d * tp } else { 0 }];
-    let qblocks = g.s.div_ceil(BQ);
-    let items = g.b * g.h * qblocks;
+    let items = g.items();
     let simd = avx2_fma();
     let scale = T::C::from_f64(scale);
+    let mut spans = Spans::new(&g);
     Box::new(move |bufs: &Bufs<'_>| {
         let q = view(bufs.input::<T>(0), &mut conv.0);
         let k = view(bufs.input::<T>(1), &mut conv.1);
@@ -155,21 +263,32 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
             (MaskKind::Custom, false) => Mask::Add(bufs.input::<T>(3)),
             _ => Mask::None,
         };
+        match mask {
+            Mask::Bool(m) => spans.scan(&g, m, |x| x == 0),
+            Mask::Add(m) => spans.scan(&g, m, |x: T| x.load() == T::C::NEG_INF),
+            Mask::None => {}
+        }
+        let spans = &spans;
+        // Keys past the last one any row may see are never read: K is transposed up to there.
+        let t_used =
+            if spans.rows.is_empty() { g.t } else { spans.rows.iter().map(|r| r.1 as usize).max().unwrap_or(0) };
+        #[cfg(test)]
+        KEY_ROWS.with(|c| c.set(c.get() + key_rows(&g, spans)));
         let ktp = SharedMut(kt.as_mut_ptr());
         let heads = g.b * g.kvh;
         let tasks = if !g.transposed {
             0
-        } else if heads * g.t * g.d < 1 << 14 {
+        } else if heads * t_used * g.d < 1 << 14 {
             1
         } else {
             heads
         };
         parallel_for(tasks, &|task| {
-            let range = if heads * g.t * g.d < 1 << 14 { 0..heads } else { task..task + 1 };
+            let range = if heads * t_used * g.d < 1 << 14 { 0..heads } else { task..task + 1 };
             for hk in range {
                 // SAFETY: each task writes only its own head's block.
                 let dst = unsafe { ktp.slice(hk * g.d * tp, g.d * tp) };
-                let src = &k[hk * g.t * g.d..(hk + 1) * g.t * g.d];
+                let src = &k[hk * g.t * g.d..(hk * g.t + t_used) * g.d];
                 for (j, row) in src.chunks_exact(g.d).enumerate() {
                     for (c, &x) in row.iter().enumerate() {
                         dst[c * tp + j] = x;
@@ -183,9 +302,9 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
             // At most num_threads() items run at once: one slot is always free.
             let mut guard = slots.iter().find_map(|s| s.try_lock().ok());
             let Some(sc) = guard.as_deref_mut() else {
-                return item_with_new_scratch::<T>(&g, scale, simd, q, kt, v, mask, out, item, qblocks);
+                return item_with_new_scratch::<T>(&g, scale, simd, q, kt, v, mask, spans, out, item);
             };
-            run_item::<T>(simd, &g, scale, q, kt, v, mask, out, item, qblocks, sc);
+            run_item::<T>(simd, &g, scale, q, kt, v, mask, spans, out, item, sc);
         });
         Ok(())
     })
@@ -211,9 +330,9 @@ fn item_with_new_scratch<T: Compute>(
     k: &[T::C],
     v: &[T::C],
     mask: Mask<'_, T>,
+    spans: &Spans,
     out: SharedMut<T>,
     item: usize,
-    qblocks: usize,
 ) {
     let mut sc = Scratch {
         q: vec![T::C::ZERO; BQ * g.d],
@@ -222,7 +341,7 @@ fn item_with_new_scratch<T: Compute>(
         m: vec![T::C::ZERO; BQ],
         l: vec![T::C::ZERO; BQ],
     };
-    run_item::<T>(simd, g, scale, q, k, v, mask, out, item, qblocks, &mut sc);
+    run_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, &mut sc);
 }
 
 crate::simd_entry!(run_item = item_body<T: Compute>(
@@ -232,9 +351,9 @@ crate::simd_entry!(run_item = item_body<T: Compute>(
     k: &[T::C],
     v: &[T::C],
     mask: Mask<'_, T>,
+    spans: &Spans,
     out: SharedMut<T>,
     item: usize,
-    qblocks: usize,
     sc: &mut Scratch<T::C>
 ));
 
@@ -248,24 +367,23 @@ fn item_body<T: Compute, const FMA: bool>(
     k: &[T::C],
     v: &[T::C],
     mask: Mask<'_, T>,
+    spans: &Spans,
     out: SharedMut<T>,
     item: usize,
-    qblocks: usize,
     sc: &mut Scratch<T::C>,
 ) {
     let (d, dv, t) = (g.d, g.dv, g.t);
-    let (bh, qb) = (item / qblocks, item % qblocks);
-    let (bi, hi) = (bh / g.h, bh % g.h);
-    let kv = bi * g.kvh + hi / (g.h / g.kvh);
-    let i0 = qb * BQ;
-    let rows = BQ.min(g.s - i0);
+    let it = g.item(item);
+    let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
-    let qrow = |i: usize| ((bi * g.h + hi) * g.s + i) * d;
+    // Offset of the row of (head, query) in q, in units of the head dim.
+    let qrow = |(hi, i): (usize, usize)| (bi * g.h + hi) * g.s + i;
     // The scaled query block; rows past the end are zero (their results are dropped).
     for r in 0..rows4 {
         let dst = &mut sc.q[r * d..(r + 1) * d];
         if r < rows {
-            for (o, &x) in dst.iter_mut().zip(&q[qrow(i0 + r)..qrow(i0 + r) + d]) {
+            let qr = qrow(it.row(r)) * d;
+            for (o, &x) in dst.iter_mut().zip(&q[qr..qr + d]) {
                 *o = x * scale;
             }
         } else {
@@ -275,7 +393,7 @@ fn item_body<T: Compute, const FMA: bool>(
     sc.m[..rows].fill(T::C::NEG_INF);
     sc.l[..rows].fill(T::C::ZERO);
     sc.o[..rows4 * dv].fill(T::C::ZERO);
-    let (lo, hi_k) = g.key_range(i0, i0 + rows);
+    let (lo, hi_k) = item_keys(g, spans, &it);
     // Blocks start on a multiple of 16 so that a score tile never reads past the padded row.
     let lo = lo / 16 * 16;
     let kbase = kv * t;
@@ -289,16 +407,11 @@ fn item_body<T: Compute, const FMA: bool>(
             let kt = &k[kv * d * tp..(kv + 1) * d * tp];
             matmul_tile::<T::C, FMA>(&sc.q, d, &kt[j0..], tp, &mut sc.p, BK, rows4, nk16, d, false);
         } else {
-            for r in 0..rows {
-                let qr = &sc.q[r * d..(r + 1) * d];
-                for jj in 0..nk {
-                    let kr = &k[(kbase + j0 + jj) * d..(kbase + j0 + jj + 1) * d];
-                    sc.p[r * BK + jj] = dot::<T::C, FMA>(qr, kr);
-                }
-            }
+            let kb = &k[(kbase + j0) * d..(kbase + j0 + nk) * d];
+            scores::<T::C, FMA>(&sc.q, d, kb, &mut sc.p, rows4, nk);
         }
         for r in 0..rows {
-            let i = i0 + r;
+            let (hi, i) = it.row(r);
             let p = &mut sc.p[r * BK..r * BK + nk];
             // Built-in masks hide the keys outside [vlo, vhi) of this row.
             let (vlo, vhi) = g.key_range(i, i + 1);
@@ -312,6 +425,11 @@ fn item_body<T: Compute, const FMA: bool>(
                         if m[mrow + jj * g.ms[3]] == 0 {
                             *x = T::C::NEG_INF;
                         }
+                    }
+                }
+                Mask::Add(m) if g.ms[3] == 1 => {
+                    for (x, &y) in p.iter_mut().zip(&m[mrow..mrow + nk]) {
+                        *x = *x + y.load();
                     }
                 }
                 Mask::Add(m) => {
@@ -348,8 +466,7 @@ fn item_body<T: Compute, const FMA: bool>(
         j0 += nk;
     }
     for r in 0..rows {
-        let i = i0 + r;
-        let base = ((bi * g.h + hi) * g.s + i) * dv;
+        let base = qrow(it.row(r)) * dv;
         // SAFETY: each item writes only its own rows of the output.
         let dst = unsafe { out.slice(base, dv) };
         // No visible key at all: NaN, as softmax of an all -inf row.
@@ -360,22 +477,116 @@ fn item_body<T: Compute, const FMA: bool>(
     }
 }
 
-/// The dot product of two equal-length rows, with 8 partial sums (vectorizes).
+/// Keys `[lo, hi)` a work item visits: those the built-in mask and the custom mask's spans
+/// leave visible to at least one of its rows.
+fn item_keys(g: &Geo, spans: &Spans, it: &Item) -> (usize, usize) {
+    let (lo, hi_k) = g.key_range(it.i0, it.i0 + it.ni);
+    let (mlo, mhi) = spans.union(g, it);
+    (lo.max(mlo), hi_k.min(mhi).max(lo.max(mlo)))
+}
+
+/// Key rows all work items of one run visit (before rounding down to a multiple of 16).
+#[cfg(test)]
+fn key_rows(g: &Geo, spans: &Spans) -> u64 {
+    (0..g.items()).map(|n| item_keys(g, spans, &g.item(n))).map(|(lo, hi)| (hi - lo) as u64).sum()
+}
+
+/// `p[r * BK + j] = q_r . k_j` (see `scores_rows`), with AVX2 + FMA for f32 when `d` is a
+/// multiple of 8.
 #[inline(always)]
-fn dot<C: Real, const FMA: bool>(a: &[C], b: &[C]) -> C {
-    let mut acc = [C::ZERO; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] = C::madd::<FMA>(x[k], y[k], acc[k]);
+fn scores<C: Real, const FMA: bool>(q: &[C], d: usize, k: &[C], p: &mut [C], rows4: usize, nk: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if FMA && std::mem::size_of::<C>() == 4 && d.is_multiple_of(8) {
+        assert!(q.len() >= rows4 * d && k.len() >= nk * d && p.len() >= (rows4 - 1) * BK + nk);
+        // SAFETY: C is f32 (the only 4-byte Real); FMA is only set where the CPU has AVX2 and
+        // FMA; the bounds were checked above.
+        unsafe {
+            scores_avx2(q.as_ptr() as *const f32, d, k.as_ptr() as *const f32, p.as_mut_ptr() as *mut f32, rows4, nk)
+        };
+        return;
+    }
+    scores_rows::<C, FMA>(q, d, k, p, rows4, nk)
+}
+
+/// f32 scores of 4 query rows against 2 keys per step: 8 independent FMA chains, then one
+/// horizontal-add tree per 4 sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx2(q: *const f32, d: usize, k: *const f32, p: *mut f32, rows4: usize, nk: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller checked that rows4 x d of q, nk x d of k and the score rows of p exist.
+    unsafe {
+        // Sums of the 8 lanes of each of 4 vectors, as one 4-lane vector.
+        let reduce = |a: [__m256; 4]| {
+            let s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1))
+        };
+        for r0 in (0..rows4).step_by(4) {
+            let qr = q.add(r0 * d);
+            let mut j = 0;
+            while j < nk {
+                let ka = k.add(j * d);
+                let kb = if j + 1 < nk { k.add((j + 1) * d) } else { ka };
+                let mut a = [_mm256_setzero_ps(); 4];
+                let mut b = [_mm256_setzero_ps(); 4];
+                for c in (0..d).step_by(8) {
+                    let (va, vb) = (_mm256_loadu_ps(ka.add(c)), _mm256_loadu_ps(kb.add(c)));
+                    for i in 0..4 {
+                        let qv = _mm256_loadu_ps(qr.add(i * d + c));
+                        a[i] = _mm256_fmadd_ps(qv, va, a[i]);
+                        b[i] = _mm256_fmadd_ps(qv, vb, b[i]);
+                    }
+                }
+                let (sa, sb) = (reduce(a), reduce(b));
+                let (mut xa, mut xb) = ([0f32; 4], [0f32; 4]);
+                _mm_storeu_ps(xa.as_mut_ptr(), sa);
+                _mm_storeu_ps(xb.as_mut_ptr(), sb);
+                for i in 0..4 {
+                    *p.add((r0 + i) * BK + j) = xa[i];
+                    if j + 1 < nk {
+                        *p.add((r0 + i) * BK + j + 1) = xb[i];
+                    }
+                }
+                j += 2;
+            }
         }
     }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (&x, &y) in ra.iter().zip(rb) {
-        s = C::madd::<FMA>(x, y, s);
+}
+
+/// `p[r * BK + j] = q_r . k_j` for rows `0..rows4` (a multiple of 4) and the `nk` rows of
+/// row-major `k`: each key row is loaded once per 4 query rows, two keys per step, 8 partial
+/// sums per product (8 independent accumulators in flight).
+#[inline(always)]
+fn scores_rows<C: Real, const FMA: bool>(q: &[C], d: usize, k: &[C], p: &mut [C], rows4: usize, nk: usize) {
+    let d8 = d / 8 * 8;
+    let lanes = |x: &[C], c: usize| -> [C; 8] { x[c..c + 8].try_into().expect("8 lanes") };
+    for r0 in (0..rows4).step_by(4) {
+        let qs: [&[C]; 4] = std::array::from_fn(|i| &q[(r0 + i) * d..(r0 + i + 1) * d]);
+        for j in (0..nk).step_by(2) {
+            let ks = [&k[j * d..(j + 1) * d], &k[(j + 1).min(nk - 1) * d..((j + 1).min(nk - 1) + 1) * d]];
+            let mut acc = [[[C::ZERO; 8]; 2]; 4];
+            for c in (0..d8).step_by(8) {
+                let kv = [lanes(ks[0], c), lanes(ks[1], c)];
+                for (a, qr) in acc.iter_mut().zip(&qs) {
+                    let qv = lanes(qr, c);
+                    for (au, kr) in a.iter_mut().zip(&kv) {
+                        for l in 0..8 {
+                            au[l] = C::madd::<FMA>(qv[l], kr[l], au[l]);
+                        }
+                    }
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                for (u, (x, kr)) in a.iter().zip(ks).enumerate().take(nk - j) {
+                    let mut s = ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+                    for c in d8..d {
+                        s = C::madd::<FMA>(qs[i][c], kr[c], s);
+                    }
+                    p[(r0 + i) * BK + j + u] = s;
+                }
+            }
+        }
     }
-    s
 }
 
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides lda, ldb, ldc) with 4x16 register tiles; `m`
@@ -425,5 +636,104 @@ fn matmul_tile<C: Real, const FMA: bool>(
                 c[r * ldc + j] = x;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KEY_ROWS;
+    use rlx_ir::{DType, Graph, HostTensor, Shape};
+
+    fn rand(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Runs attention of `s` queries over `t` keys with an additive mask whose rows see keys
+    /// `pad..=visible_end(i)`; returns the output and the key rows the kernel visited.
+    fn run(s: usize, t: usize, pad: usize, end: impl Fn(usize) -> usize) -> (Vec<f32>, u64) {
+        let (h, kvh, d) = (4, 2, 16);
+        let mut g = Graph::new("att");
+        let q = g.input("q", Shape::new(&[1, h, s, d], DType::F32));
+        let k = g.input("k", Shape::new(&[1, kvh, t, d], DType::F32));
+        let v = g.input("v", Shape::new(&[1, kvh, t, d], DType::F32));
+        let m = g.input("m", Shape::new(&[1, 1, s, t], DType::F32));
+        let y = g.attention_with_mask(q, k, v, m, 0.25);
+        g.set_outputs(vec![y]);
+        let mut mask = vec![f32::NEG_INFINITY; s * t];
+        for i in 0..s {
+            mask[i * t + pad..=i * t + end(i)].fill(0.0);
+        }
+        // Key j of kv head c is the same whatever t; keys past the visible ones hold huge
+        // values: reading them would show in the output.
+        let keys = |seed: u64| -> Vec<f32> {
+            let all = rand(kvh * 512 * d, seed);
+            (0..kvh).flat_map(|c| all[c * 512 * d..(c * 512 + t) * d].to_vec()).collect()
+        };
+        let mut kd = keys(2);
+        for (j, x) in kd.iter_mut().enumerate() {
+            if (j / d) % t > end(s - 1) {
+                *x = 1e30;
+            }
+        }
+        let feeds = [
+            ("q", HostTensor::from_f32(&[1, h, s, d], &rand(h * s * d, 1)).unwrap()),
+            ("k", HostTensor::from_f32(&[1, kvh, t, d], &kd).unwrap()),
+            ("v", HostTensor::from_f32(&[1, kvh, t, d], &keys(3)).unwrap()),
+            ("m", HostTensor::from_f32(&[1, 1, s, t], &mask).unwrap()),
+        ];
+        let before = KEY_ROWS.with(|c| c.get());
+        let out = rlx_driver::run_host(&crate::CpuBackend::new(), &g, &feeds).unwrap();
+        let read = KEY_ROWS.with(|c| c.get()) - before;
+        // The reference interpreter, where no huge key is hidden (it adds -inf to them).
+        if end(s - 1) + 1 == t {
+            let want = rlx_ir::interp::evaluate(&g, &feeds).unwrap()[0].to_f64_vec().unwrap();
+            for (a, b) in out[0].to_f64_vec().unwrap().iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs reference {b}");
+            }
+        }
+        (out[0].to_f64_vec().unwrap().into_iter().map(|x| x as f32).collect(), read)
+    }
+
+    #[test]
+    fn decode_visits_only_the_keys_the_mask_leaves_visible() {
+        // One query over a 512-slot cache with 3 pads and keys 3..=n visible.
+        for n in [3, 20, 100] {
+            let (long, read) = run(1, 512, 3, |_| n);
+            // One work item per kv head (2), each reading keys 3..=n once for its 2 query heads.
+            assert_eq!(read, 2 * (n as u64 + 1 - 3), "filled {n}");
+            // The same problem in a cache of exactly n + 1 slots.
+            let (short, _) = run(1, n + 1, 3, |_| n);
+            assert!(long.iter().all(|x| x.is_finite()));
+            for (a, b) in long.iter().zip(&short) {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "filled {n}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn prefill_into_a_long_cache_visits_only_the_filled_keys() {
+        // 40 causal queries at the start of a 300-slot cache (transposed-K path).
+        let (long, read) = run(40, 300, 0, |i| i);
+        // Query blocks of 32 rows: rows 0..32 see keys 0..32, rows 32..40 keys 0..40.
+        assert_eq!(read, 4 * (32 + 40));
+        let (short, _) = run(40, 40, 0, |i| i);
+        for (a, b) in long.iter().zip(&short) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn a_row_that_hides_every_key_gives_nan_and_visits_nothing() {
+        let (out, read) = run(1, 64, 10, |_| 9);
+        assert_eq!(read, 0);
+        assert!(out.iter().all(|x| x.is_nan()));
     }
 }

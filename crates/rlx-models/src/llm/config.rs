@@ -26,8 +26,8 @@ impl Arch {
         self == Arch::Qwen3
     }
 
-    /// Whether GGUF q/k rows rotate adjacent pairs (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); the loader
-    /// then reorders those rows so that the half-split `rope` op applies.
+    /// Whether GGUF q/k rows rotate adjacent pairs (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); the graph
+    /// then moves each head's pairs into halves before the half-split `rope` op.
     pub fn interleaved_rope(self) -> bool {
         self == Arch::Llama
     }

@@ -49,6 +49,11 @@ fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> Nod
             g.matmul_t(xr, w, false, true)
         }
         ParamKind::Packed(s) => g.qmatmul(x, w, s, k),
+        // Only the token embedding is kept so (never a linear weight today).
+        ParamKind::Half(_) => {
+            let wf = g.cast(w, DType::F32);
+            g.matmul_t(x, wf, false, true)
+        }
     }
 }
 
@@ -58,13 +63,29 @@ fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> 
     let s = match kind {
         ParamKind::Dense | ParamKind::DenseHalf(_) => Shape::new(&shape, DType::F32),
         ParamKind::Packed(q) => Shape::new(&[shape[0], q.row_bytes(shape[1]).unwrap_or(0)], DType::U8),
+        ParamKind::Half(dt) => Shape::new(&shape, dt),
     };
     (g.param(&w.gguf_name(), s), kind)
 }
 
+/// `[b, s, heads, hd]` to `[b, heads, s, hd]`. GGUF Llama Q/K rows are ordered for RoPE on
+/// adjacent pairs (2i, 2i+1): the same transpose moves each head's pairs into the halves the
+/// `rope` op rotates, so the weights stay as in the file; q and k are permuted alike and
+/// attention scores do not change.
+fn heads_first(g: &mut Graph, x: NodeId, cfg: &LlmConfig, (b, s, heads): (usize, usize, usize)) -> NodeId {
+    let hd = cfg.head_dim;
+    if !cfg.arch.interleaved_rope() {
+        return g.transpose(x, &[0, 2, 1, 3]);
+    }
+    let x = g.reshape(x, &[b, s, heads, hd / 2, 2]);
+    let x = g.transpose(x, &[0, 2, 1, 4, 3]);
+    g.reshape(x, &[b, heads, s, hd])
+}
+
 /// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
 /// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]`,
-/// and attention reads the whole cache (the mask hides unwritten and padded slots).
+/// and attention runs over the whole cache; the mask hides unwritten and padded slots, and the
+/// attention kernel skips them (decode cost follows the filled length, not the cache size).
 pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Graph {
     let (b, s, h) = (spec.batch, spec.seq, cfg.hidden);
     let (nh, kvh, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
@@ -89,6 +110,11 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Grap
             let rows = g.reshape(x, &[b * s, q.row_bytes(h).unwrap_or(0)]);
             g.dequantize(rows, q, h)
         }
+        // F16 / BF16 rows, widened after the lookup: the table stays as in the file.
+        ParamKind::Half(_) => {
+            let rows = g.reshape(x, &[b * s, h]);
+            g.cast(rows, DType::F32)
+        }
         _ => g.reshape(x, &[b * s, h]),
     };
     let scale = 1.0 / (hd as f32).sqrt();
@@ -108,8 +134,8 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Grap
             q = g.rms_norm(q, qn, eps);
             k = g.rms_norm(k, kn, eps);
         }
-        let q = g.transpose(q, &[0, 2, 1, 3]);
-        let k = g.transpose(k, &[0, 2, 1, 3]);
+        let q = heads_first(&mut g, q, cfg, (b, s, nh));
+        let k = heads_first(&mut g, k, cfg, (b, s, kvh));
         let v = g.reshape(v, &[b, s, kvh, hd]);
         let v = g.transpose(v, &[0, 2, 1, 3]);
         let q = g.rope(q, positions, theta);

@@ -26,6 +26,8 @@ struct Io {
     tokens: Vec<i64>,
     positions: Vec<i64>,
     mask: Vec<f32>,
+    /// The decode mask `[batch, cache]`, kept across steps: a step unmasks one slot.
+    step_mask: Vec<f32>,
     logits: Vec<f32>,
 }
 
@@ -208,7 +210,7 @@ impl LlmModel {
             }
         }
         let spec = GraphSpec { batch: b, seq: s, cache: None, all_logits: true };
-        let r = self.run_io(spec, &mut io, 0);
+        let r = self.run_io(spec, &mut io, 0, false);
         self.io = io;
         r?;
         Ok(self.io.logits.chunks(s * self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
@@ -254,8 +256,16 @@ impl LlmModel {
             }
         }
         let spec = GraphSpec { batch: b, seq: s, cache: Some(t), all_logits: false };
-        let r = self.run_io(spec, &mut io, 0);
+        let r = self.run_io(spec, &mut io, 0, false);
+        // Each sequence's slots pad..s are filled; decode unmasks one more per step.
+        io.step_mask.clear();
+        io.step_mask.resize(b * t, f32::NEG_INFINITY);
+        for (bi, &pad) in pads.iter().enumerate() {
+            io.step_mask[bi * t + pad..bi * t + s].fill(0.0);
+        }
         self.io = io;
+        // A failed run may have written part of the cache: no sequence is left to decode.
+        self.state = None;
         r?;
         self.state = Some(CacheState { next: s, pads });
         Ok(&self.io.logits)
@@ -284,17 +294,15 @@ impl LlmModel {
         self.check_tokens(tokens)?;
         let t = self.max_ctx;
         let mut io = std::mem::take(&mut self.io);
-        io.mask.clear();
-        io.mask.resize(b * t, f32::NEG_INFINITY);
-        for (bi, &pad) in st.pads.iter().enumerate() {
-            io.mask[bi * t + pad..=bi * t + next].fill(0.0);
+        for bi in 0..b {
+            io.step_mask[bi * t + next] = 0.0;
         }
         io.tokens.clear();
         io.tokens.extend(tokens.iter().map(|&x| x as i64));
         io.positions.clear();
         io.positions.push(next as i64);
         let spec = GraphSpec { batch: b, seq: 1, cache: Some(t), all_logits: false };
-        let r = self.run_io(spec, &mut io, next as i32);
+        let r = self.run_io(spec, &mut io, next as i32, true);
         self.io = io;
         r?;
         if let Some(st) = self.state.as_mut() {
@@ -303,9 +311,10 @@ impl LlmModel {
         Ok(&self.io.logits)
     }
 
-    /// Runs the graph for `spec` on the inputs in `io`, writing its logits into `io.logits`.
-    /// Every graph of one batch size shares the cache, so nothing moves between graphs.
-    fn run_io(&mut self, spec: GraphSpec, io: &mut Io, start: i32) -> Result<()> {
+    /// Runs the graph for `spec` on the inputs in `io` (the mask `io.step_mask` for a decode
+    /// step, else `io.mask`), writing its logits into `io.logits`. Every graph of one batch size
+    /// shares the cache, so nothing moves between graphs.
+    fn run_io(&mut self, spec: GraphSpec, io: &mut Io, start: i32, step: bool) -> Result<()> {
         let c = self.graph(spec)?;
         let n = c.outputs()[0].numel().unwrap_or(0);
         if io.logits.len() != n {
@@ -318,6 +327,7 @@ impl LlmModel {
                 names::TOKENS => bytemuck::cast_slice(&io.tokens),
                 names::POSITIONS => bytemuck::cast_slice(&io.positions),
                 names::START => &start,
+                _ if step => bytemuck::cast_slice(&io.step_mask),
                 _ => bytemuck::cast_slice(&io.mask),
             };
         }
@@ -326,7 +336,7 @@ impl LlmModel {
     }
 }
 
-/// A converted weight (f32 of an F16 norm, rows reordered for RoPE) held by `LlmWeights`,
+/// A converted weight (the f32 values of an F16 norm or linear weight) held by `LlmWeights`,
 /// as the read-only bytes of a graph param.
 struct OwnedParam {
     weights: Arc<LlmWeights>,

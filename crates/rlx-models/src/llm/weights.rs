@@ -154,6 +154,9 @@ pub enum ParamKind {
     DenseHalf(DType),
     /// U8 `[out, row_bytes(in)]` GGUF rows of this block format, multiplied with `qmatmul`.
     Packed(QuantScheme),
+    /// The file's F16 / BF16 values with the weight's shape (the token embedding: the graph
+    /// gathers rows, then widens them to f32).
+    Half(DType),
 }
 
 enum Bytes {
@@ -182,18 +185,6 @@ impl std::fmt::Debug for LlmWeights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmWeights").field("params", &self.params.len()).field("tied", &self.tied).finish()
     }
-}
-
-/// Reorders the rows of each head from interleaved pairs (2i, 2i+1) to halves (i, i + d/2).
-fn deinterleave_rows(rows: &[u8], row_bytes: usize, head_dim: usize) -> Vec<u8> {
-    let mut out = vec![0u8; rows.len()];
-    let n = rows.len() / row_bytes;
-    for r in 0..n {
-        let (h, j) = (r / head_dim, r % head_dim);
-        let src = h * head_dim + if j < head_dim / 2 { 2 * j } else { 2 * (j - head_dim / 2) + 1 };
-        out[r * row_bytes..(r + 1) * row_bytes].copy_from_slice(&rows[src * row_bytes..(src + 1) * row_bytes]);
-    }
-    out
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -245,22 +236,26 @@ impl LlmWeights {
         let base = file.bytes().as_ptr() as usize;
         let start = view.data.as_ptr() as usize - base;
         let in_file = start..start + view.data.len();
-        let permute = cfg.arch.interleaved_rope()
-            && matches!(w, LlmWeight::Layer(_, LayerWeight::Q) | LlmWeight::Layer(_, LayerWeight::K));
         // The token embedding stays packed too: the graph gathers packed rows and dequantizes them.
         let packed_embd = w == LlmWeight::TokenEmbd && QuantScheme::new(ty).is_ok();
         let packed = (w.is_linear() || packed_embd) && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         let (kind, bytes) = if packed {
             let scheme = QuantScheme::new(ty).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
             let rb = scheme.row_bytes(shape[1]).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
-            let bytes = if permute {
-                Bytes::Owned(deinterleave_rows(view.data, rb, cfg.head_dim))
-            } else {
-                Bytes::File(in_file)
-            };
-            (ParamKind::Packed(scheme), bytes)
-        } else if ty == GgmlType::F32 && !permute {
+            if rb * shape[0] != view.data.len() {
+                return Err(err(format!(
+                    "tensor `{}`: {} bytes for {} rows of {rb}",
+                    view.info.name,
+                    view.data.len(),
+                    shape[0]
+                )));
+            }
+            (ParamKind::Packed(scheme), Bytes::File(in_file))
+        } else if ty == GgmlType::F32 {
             (ParamKind::Dense, Bytes::File(in_file))
+        } else if w == LlmWeight::TokenEmbd && matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+            let dt = if ty == GgmlType::F16 { DType::F16 } else { DType::BF16 };
+            (ParamKind::Half(dt), Bytes::File(in_file))
         } else {
             let kind = match ty {
                 GgmlType::F16 if w.is_linear() => ParamKind::DenseHalf(DType::F16),
@@ -268,9 +263,7 @@ impl LlmWeights {
                 _ => ParamKind::Dense,
             };
             let v = view.to_f32().map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
-            let b = f32_bytes(&v);
-            let b = if permute { deinterleave_rows(&b, shape[1] * 4, cfg.head_dim) } else { b };
-            (kind, Bytes::Owned(b))
+            (kind, Bytes::Owned(f32_bytes(&v)))
         };
         Ok(ParamData { weight: w, kind, bytes })
     }
@@ -306,6 +299,7 @@ impl LlmWeights {
         match p.kind {
             ParamKind::Dense | ParamKind::DenseHalf(_) => DType::F32,
             ParamKind::Packed(_) => DType::U8,
+            ParamKind::Half(dt) => dt,
         }
     }
 
@@ -319,17 +313,5 @@ impl LlmWeights {
 impl AsRef<[u8]> for LlmWeights {
     fn as_ref(&self) -> &[u8] {
         self.file.bytes()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deinterleaving_moves_even_rows_to_the_first_half_of_each_head() {
-        // Two heads of dim 4, one byte per row: rows [0..8) become [0,2,1,3, 4,6,5,7].
-        let rows: Vec<u8> = (0..8).collect();
-        assert_eq!(deinterleave_rows(&rows, 1, 4), vec![0, 2, 1, 3, 4, 6, 5, 7]);
     }
 }
