@@ -176,9 +176,26 @@ impl LlmModel {
             return Err(Error::eval("llm", reason));
         }
         let t = self.max_ctx;
+        // A new cache holds no sequence yet, so a warm-up run may write into it.
+        let new_cache = !self.graphs.keys().any(|s| s.batch == batch && s.cache == Some(t));
         self.graph(GraphSpec { batch, seq, cache: Some(t), all_logits: false })?;
-        self.graph(GraphSpec { batch, seq: 1, cache: Some(t), all_logits: false })?;
+        let decode = GraphSpec { batch, seq: 1, cache: Some(t), all_logits: false };
+        self.graph(decode)?;
+        if new_cache {
+            self.warm_up(decode)?;
+        }
         Ok(())
+    }
+
+    /// Runs a new decode graph once on token 0 at slot 0 of its new cache, so one-time work on
+    /// the first run (weights repacked for the decode kernels) is paid at load, not by the first
+    /// token. Slot 0 is rewritten by the prefill that every decode follows.
+    fn warm_up(&mut self, spec: GraphSpec) -> Result<()> {
+        let (b, t) = (spec.batch, self.max_ctx);
+        let mut io = Io { tokens: vec![0; b], positions: vec![0], ..Io::default() };
+        io.step_mask.resize(b * t, f32::NEG_INFINITY);
+        (0..b).for_each(|bi| io.step_mask[bi * t] = 0.0);
+        self.run_io(spec, &mut io, 0, true)
     }
 
     fn check_tokens(&self, ids: &[u32]) -> Result<()> {
