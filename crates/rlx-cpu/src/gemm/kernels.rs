@@ -1,5 +1,47 @@
-//! Micro-kernels: an MR x NR tile of C from packed panels of A and B. AVX2+FMA when the CPU has
-//! it (checked at run time, cached by std), a portable loop otherwise.
+//! Micro-kernels: an MR x NR tile of C from packed panels of A and B. AVX-512 and AVX2+FMA when
+//! the CPU has them (checked at run time), a portable loop otherwise; `f32_kernels` and
+//! `f64_kernels` list the ones this CPU runs, best first.
+
+use super::{KC, Kernel};
+
+/// The AVX-512 f32 tile (rows, columns, deepest k block): 24 zmm accumulators and 2 for B. The
+/// k block is deep (fewer passes over C); its 64 KiB B micro-panel streams from L2 (measured
+/// faster than 192, 256 or 384 on Zen 4).
+const AVX512_F32: (usize, usize, usize) = (12, 32, 512);
+
+/// f32 micro-kernels this CPU can run, best first; the portable one is always last.
+pub fn f32_kernels() -> Vec<Kernel<f32>> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (mr, nr, kc) = AVX512_F32;
+        if std::is_x86_feature_detected!("avx512f") && has_avx2() {
+            v.push(Kernel { name: "avx512-12x32", mr, nr, kc, micro: super::avx512::f32_tile::<12, 2> });
+        }
+        if has_avx2() {
+            v.push(Kernel { name: "avx2-6x16", mr: 6, nr: 16, kc: KC, micro: x86::f32_6x16 });
+        }
+    }
+    v.push(Kernel { name: "portable-6x16", mr: 6, nr: 16, kc: KC, micro: generic::<f32, 6, 16> });
+    v
+}
+
+/// f64 micro-kernels this CPU can run, best first; the portable one is always last.
+pub fn f64_kernels() -> Vec<Kernel<f64>> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8 });
+    }
+    v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8> });
+    v
+}
+
+/// Whether the CPU has AVX2 and FMA (std caches the answer).
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
 
 /// Portable micro-kernel over any element type.
 ///
@@ -51,7 +93,7 @@ pub unsafe fn micro_f32(
     acc: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if has_avx2() {
         // SAFETY: the features are present.
         return unsafe { x86::f32_6x16(kc, a, b, c, rs, m, n, acc) };
     }
@@ -74,7 +116,7 @@ pub unsafe fn micro_f64(
     acc: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if has_avx2() {
         // SAFETY: the features are present.
         return unsafe { x86::f64_6x8(kc, a, b, c, rs, m, n, acc) };
     }
@@ -135,6 +177,13 @@ mod x86 {
                 acc: bool,
             ) {
                 const NR: usize = 2 * $lanes;
+                // Pull the C tile towards L1 while the products run (it is read or written last).
+                for i in 0..m {
+                    let row = c.offset(i as isize * rs) as *const i8;
+                    // Both ends of the row: 64 bytes, not necessarily aligned.
+                    _mm_prefetch::<_MM_HINT_T0>(row);
+                    _mm_prefetch::<_MM_HINT_T0>(row.add(NR * std::mem::size_of::<$t>() - 1));
+                }
                 let mut r = [[$zero(); 2]; 6];
                 // Row offsets; rows past m re-read row m - 1 (never out of bounds, discarded).
                 let off: [isize; 6] = std::array::from_fn(|i| i.min(m - 1) as isize * a.rs);

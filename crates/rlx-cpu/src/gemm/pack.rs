@@ -3,18 +3,25 @@
 
 use super::{GemmElem, MatRef};
 
-/// Packs rows `i0..i0+mc`, cols `p0..p0+kc` of A into MR-row panels, element (r, p) of a panel
-/// at `p * MR + r` (rows past `mc` zero padded).
+/// Packs rows `i0..i0+mc`, cols `p0..p0+kc` of A into `mr`-row panels, element (r, p) of a
+/// panel at `p * mr + r` (rows past `mc` zero padded).
 ///
 /// # Safety
-/// The view covers the requested block; `out` holds `mc.div_ceil(MR) * MR * kc` elements.
-pub unsafe fn pack_a<T: GemmElem>(a: MatRef<T>, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [T]) {
-    let mr = T::MR;
+/// The view covers the requested block; `out` holds `mc.div_ceil(mr) * mr * kc` elements.
+pub unsafe fn pack_a<T: GemmElem>(a: MatRef<T>, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, out: &mut [T]) {
     for (panel, chunk) in out.chunks_exact_mut(kc * mr).enumerate().take(mc.div_ceil(mr)) {
         let r0 = panel * mr;
         let rows = mr.min(mc - r0);
         // SAFETY: (i0 + r0, p0) lies inside A.
         let base = unsafe { a.ptr.offset((i0 + r0) as isize * a.rs + p0 as isize * a.cs) };
+        #[cfg(target_arch = "x86_64")]
+        if a.cs == 1 && rows == mr && is_f32::<T>() && super::kernels::has_avx2() {
+            // SAFETY: T is f32; the rows hold kc elements each and the chunk mr * kc.
+            unsafe {
+                super::pack_x86::pack_a_rows_f32(base as *const f32, a.rs, mr, kc, chunk.as_mut_ptr() as *mut f32)
+            };
+            continue;
+        }
         if a.cs == 1 {
             // Row-major: read each row contiguously, scatter into the panel.
             for r in 0..mr {
@@ -49,19 +56,22 @@ pub unsafe fn pack_a<T: GemmElem>(a: MatRef<T>, i0: usize, mc: usize, p0: usize,
     }
 }
 
-/// Packs rows `p0..p0+kc`, cols `j0..j0+nc` of B into NR-column panels, element (p, c) of a
-/// panel at `p * NR + c` (columns past `nc` zero padded).
+/// Packs rows `p0..p0+kc`, cols `j0..j0+nc` of B into `nr`-column panels, element (p, c) of a
+/// panel at `p * nr + c` (columns past `nc` zero padded).
 ///
 /// # Safety
-/// The view covers the requested block; `out` holds `nc.div_ceil(NR) * NR * kc` elements.
-pub unsafe fn pack_b<T: GemmElem>(b: MatRef<T>, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [T]) {
-    let nr = T::NR;
+/// The view covers the requested block; `out` holds `nc.div_ceil(nr) * nr * kc` elements.
+pub unsafe fn pack_b<T: GemmElem>(b: MatRef<T>, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, out: &mut [T]) {
     for (panel, chunk) in out.chunks_exact_mut(kc * nr).enumerate().take(nc.div_ceil(nr)) {
         let c0 = panel * nr;
         let cols = nr.min(nc - c0);
         // SAFETY: (p0, j0 + c0) lies inside B.
         let base = unsafe { b.ptr.offset(p0 as isize * b.rs + (j0 + c0) as isize * b.cs) };
-        if b.cs == 1 {
+        if b.cs == 1 && cols == nr {
+            // Row-major, a full panel: each k step is NR contiguous elements.
+            // SAFETY: rows p0.. hold NR elements from column j0 + c0; the chunk holds kc * NR.
+            unsafe { copy_rows(base, b.rs, nr, kc, chunk.as_mut_ptr()) };
+        } else if b.cs == 1 {
             // Row-major: each k step is `cols` contiguous elements.
             for (p, dst) in chunk.chunks_exact_mut(nr).enumerate() {
                 // SAFETY: row p0 + p holds `cols` elements from column j0 + c0.
@@ -93,6 +103,37 @@ pub unsafe fn pack_b<T: GemmElem>(b: MatRef<T>, p0: usize, kc: usize, j0: usize,
                     };
                 }
             }
+        }
+    }
+}
+
+/// Whether T is f32, for the f32-only fast paths.
+#[cfg(target_arch = "x86_64")]
+fn is_f32<T: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
+/// Copies `kc` rows of `w` contiguous elements (source row stride `rs`) to `out`, back to back;
+/// the common widths get fixed-size copies instead of a `memcpy` call per row.
+///
+/// # Safety
+/// The source rows hold `w` elements each; `out` holds `kc * w`.
+unsafe fn copy_rows<T: Copy>(src: *const T, rs: isize, w: usize, kc: usize, out: *mut T) {
+    /// Fixed-width version.
+    #[inline(always)]
+    unsafe fn fixed<T: Copy, const W: usize>(src: *const T, rs: isize, kc: usize, out: *mut T) {
+        for p in 0..kc {
+            // SAFETY: as `copy_rows`.
+            unsafe { std::ptr::copy_nonoverlapping(src.offset(p as isize * rs), out.add(p * W), W) };
+        }
+    }
+    // SAFETY (all arms): as `copy_rows`.
+    unsafe {
+        match w {
+            8 => fixed::<T, 8>(src, rs, kc, out),
+            16 => fixed::<T, 16>(src, rs, kc, out),
+            32 => fixed::<T, 32>(src, rs, kc, out),
+            _ => (0..kc).for_each(|p| std::ptr::copy_nonoverlapping(src.offset(p as isize * rs), out.add(p * w), w)),
         }
     }
 }

@@ -1,11 +1,13 @@
-//! Matrix multiplication: RLX's packed GEMM (`crate::gemm`) for f32/f64, a plain loop for the other dtypes.
+//! Matrix multiplication: RLX's packed GEMM (`crate::gemm`) for f32/f64, its f16/bf16 variant
+//! (`crate::gemm::half`: f32 sums, one rounding) for the half types, a plain loop for integers.
 //! Batch dims broadcast through index maps computed at compile time.
 
 use super::{Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
-use crate::elem::{FloatElem, IntElem};
+use crate::elem::IntElem;
 use crate::exec::Bufs;
+use crate::gemm::half::{self, HalfElem};
 use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src, pack_b_full, packed_b_len};
-use crate::{with_float, with_int};
+use crate::with_int;
 use rlx_driver::KernelTable;
 use rlx_ir::ops::matmul::matmul_dims_t;
 use rlx_ir::ops::util::broadcast_index_map;
@@ -61,13 +63,83 @@ fn matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
                 Ok(())
             }))
         }
-        dt => with_float!(dt, T => Ok(Box::new(move |b: &Bufs<'_>| {
-            naive(&geo, b.input::<T>(0), b.input::<T>(1), b.output::<T>(), 0.0, |acc, x: T, y: T| x.to_f64().mul_add(y.to_f64(), acc), T::from_f64);
-            Ok(())
-        })), else with_int!(dt, T => Ok(Box::new(move |b: &Bufs<'_>| {
+        DType::F16 => Ok(half_kernel::<::half::f16>(geo)),
+        DType::BF16 => Ok(half_kernel::<::half::bf16>(geo)),
+        dt => with_int!(dt, T => Ok(Box::new(move |b: &Bufs<'_>| {
             naive(&geo, b.input::<T>(0), b.input::<T>(1), b.output::<T>(), 0i64, |acc, x: T, y: T| acc.wrapping_add(x.to_i64().wrapping_mul(y.to_i64())), T::from_i64);
             Ok(())
-        })), else Err(unsupported(ctx)))),
+        })), else Err(unsupported(ctx))),
+    }
+}
+
+/// The f16/bf16 kernel: f32 sums, one rounding per output; a param B is packed (widened) once.
+fn half_kernel<H: HalfElem + bytemuck::Pod>(geo: Geometry) -> Kernel {
+    let mut cache = HalfBCache::default();
+    Box::new(move |b: &Bufs<'_>| {
+        let pb = cache.get(b.input_version(1), &geo, b.input::<H>(1));
+        half_packed::<H>(&geo, b.input::<H>(0), b.input::<H>(1), b.output::<H>(), pb);
+        Ok(())
+    })
+}
+
+/// Products below this many flops per batch run one batch per pool task instead of splitting
+/// each batch (attention's many small heads).
+const HALF_BATCH_SPLIT_FLOPS: f64 = 4.0e6;
+
+/// One f16/bf16 GEMM per output batch (B from `packed_b` when packed ahead of time).
+fn half_packed<H: HalfElem>(geo: &Geometry, x: &[H], y: &[H], z: &mut [H], packed_b: Option<*const f32>) {
+    let Geometry { m, k, n, sa, sb, .. } = *geo;
+    let (xp, yp, zp) = (x.as_ptr() as usize, y.as_ptr() as usize, z.as_mut_ptr() as usize);
+    let pb = packed_b.map(|p| p as usize);
+    let one = |bi: usize, threaded: bool| {
+        let (pa, pbi) = geo.batches[bi];
+        let av = MatRef { ptr: (xp as *const H).wrapping_add(pa * m * k), rs: sa.0 as isize, cs: sa.1 as isize };
+        let bv = MatRef { ptr: (yp as *const H).wrapping_add(pbi * k * n), rs: sb.0 as isize, cs: sb.1 as isize };
+        let c = MatMut { ptr: (zp as *mut H).wrapping_add(bi * m * n), rs: n as isize };
+        // SAFETY: the buffers hold every batch's m*k, k*n and m*n elements; the strides address
+        // only those; batches write disjoint parts of z; a packed B was packed from this B.
+        unsafe { half::gemm_src(m, n, k, av, bv, pb.map(|p| p as *const f32), c, threaded) };
+    };
+    let flops = 2.0 * (m * n) as f64 * k as f64;
+    let batches = geo.batches.len();
+    if batches > 1 && flops < HALF_BATCH_SPLIT_FLOPS && crate::threads::num_threads() > 1 {
+        half::reserve_all(m, n, k, packed_b.is_some());
+        crate::threads::parallel_for(batches, &|bi| one(bi, false));
+    } else {
+        (0..batches).for_each(|bi| one(bi, true));
+    }
+}
+
+/// B widened and packed ahead of time when it is a param, on the same schedule as `BCache`.
+#[derive(Default)]
+struct HalfBCache {
+    buf: Vec<f32>,
+    packed: Option<u64>,
+    seen: Option<u64>,
+}
+
+impl HalfBCache {
+    /// The packed B for this run, if it is cached (or worth caching now).
+    fn get<H: HalfElem>(&mut self, version: Option<u64>, geo: &Geometry, y: &[H]) -> Option<*const f32> {
+        let v = version?;
+        if geo.m < 4 || geo.batches.iter().any(|&(_, pb)| pb != 0) {
+            return None;
+        }
+        if self.packed == Some(v) {
+            return Some(self.buf.as_ptr());
+        }
+        let (k, n) = (geo.k, geo.n);
+        if self.seen != Some(v) {
+            self.seen = Some(v);
+            self.packed = None;
+            self.buf.resize(half::packed_b_len(k, n), 0.0);
+            return None;
+        }
+        let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
+        // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
+        unsafe { half::pack_b_full(k, n, view, &mut self.buf) };
+        self.packed = Some(v);
+        Some(self.buf.as_ptr())
     }
 }
 
@@ -139,7 +211,7 @@ pub(super) fn packed<T: GemmElem>(
     }
 }
 
-/// Triple loop with a wide accumulator, for dtypes without a fast kernel.
+/// Triple loop with a wide accumulator, for the integer dtypes.
 fn naive<T: Copy, A: Copy>(
     g: &Geometry,
     x: &[T],

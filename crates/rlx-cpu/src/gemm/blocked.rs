@@ -1,0 +1,246 @@
+//! The cache-blocked loops around a micro-kernel: one thread over a block of C (`gemm_block`,
+//! `gemm_direct`), and the threaded product that shares one packed B block between all threads
+//! (`gemm_shared`).
+
+use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MC, MatMut, MatRef, NC, pack};
+use crate::threads;
+
+/// The k block for kernel `kern`: all of k up to 1.5 x its `kc` (one pass, no re-accumulation
+/// of C: the m = 128 model shapes), else even blocks of at most `kc`, so a B micro-panel and the
+/// A micro-panel stay in L1 together.
+pub(super) fn kc_for<T>(k: usize, kern: &Kernel<T>) -> usize {
+    if k <= kern.kc * 3 / 2 { k.max(1) } else { k.div_ceil(k.div_ceil(kern.kc)) }
+}
+
+/// Whether micro-kernels read A in place (row-major, its m x kc block small enough to stay in
+/// L2) instead of from a packed copy.
+pub(super) fn direct_a<T>(m: usize, k: usize, a: MatRef<T>, kern: &Kernel<T>) -> bool {
+    a.cs == 1 && m * kc_for(k, kern) * std::mem::size_of::<T>() <= DIRECT_A_BYTES
+}
+
+/// Grows `buf` to at least `len` elements (once; warm calls allocate nothing).
+fn ensure<T: GemmElem>(buf: &mut Vec<T>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, T::default());
+    }
+}
+
+/// Runs the micro-kernel over rows `0..m` (tiles of `mr`) of a packed or in-place A block and
+/// NR-wide B micro-panels `0..nc`: the B micro-panel stays in L1 while the A tiles stream by.
+///
+/// # Safety
+/// `ap(i)` views A rows from i over kc columns, `bp(j)` the packed B micro-panel of column j, `c`
+/// the block of C (m x nc).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn tiles<T>(
+    kern: &Kernel<T>,
+    kc: usize,
+    m: usize,
+    nc: usize,
+    ap: impl Fn(usize) -> MatRef<T>,
+    bp: impl Fn(usize) -> *const T,
+    c: MatMut<T>,
+    acc: bool,
+) {
+    let (mr, nr) = (kern.mr, kern.nr);
+    for jr in (0..nc).step_by(nr) {
+        let b = bp(jr);
+        for ir in (0..m).step_by(mr) {
+            let cp = c.ptr.wrapping_offset(ir as isize * c.rs + jr as isize);
+            // SAFETY: A covers the tile's rows and kc columns, the B panel holds kc*NR elements;
+            // the tile lies inside C.
+            unsafe { (kern.micro)(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc) };
+        }
+    }
+}
+
+/// Single-threaded C[:, j0..j0+n] = A * B[:, j0..j0+n] for an m x k times k x n product;
+/// `epi(i0, rows, j0, cols)` runs on each finished block of C while it is still in cache.
+///
+/// `slot` picks the packing buffers (`threads::slot()`: one per pool thread).
+///
+/// # Safety
+/// Views cover m x k, k x (j0+n) and m x (j0+n); C's columns j0..j0+n are not touched by others.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_block<T: GemmElem>(
+    kern: &Kernel<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: BSrc<T>,
+    c: MatMut<T>,
+    j0: usize,
+    slot: usize,
+    epi: Option<Epilogue<'_>>,
+) {
+    let (mr, nr) = (kern.mr, kern.nr);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: inside C.
+                unsafe { *c.ptr.offset(i as isize * c.rs + (j0 + j) as isize) = T::default() };
+            }
+        }
+        if let Some(f) = epi {
+            f(0, m, j0, n);
+        }
+        return;
+    }
+    if direct_a(m, k, a, kern) {
+        // SAFETY: forwarded.
+        return unsafe { gemm_direct(kern, m, n, k, a, b, c, j0, slot, epi) };
+    }
+    let kcm = kc_for(k, kern);
+    T::with_buffers(slot, |pa, pb| {
+        ensure(pa, MC.div_ceil(mr) * mr * kcm);
+        ensure(pb, if b.prepacked() { 0 } else { NC.min(n).div_ceil(nr) * nr * kcm });
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(kcm) {
+                let kc = kcm.min(k - pc);
+                // SAFETY: the block lies inside B.
+                unsafe { b.pack(kern, pc, kc, j0 + jc, nc, pb) };
+                for ic in (0..m).step_by(MC) {
+                    let mcb = MC.min(m - ic);
+                    // SAFETY: the block lies inside A.
+                    unsafe { pack::pack_a(a, ic, mcb, pc, kc, mr, pa) };
+                    let ap = |ir: usize| MatRef { ptr: pa[(ir / mr) * kc * mr..].as_ptr(), rs: 1, cs: mr as isize };
+                    let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jc, jr);
+                    let cb = MatMut { ptr: c.ptr.wrapping_offset(ic as isize * c.rs + (j0 + jc) as isize), rs: c.rs };
+                    // SAFETY: the packed blocks cover the tiles; the block lies inside C.
+                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0) };
+                    if pc + kc == k
+                        && let Some(f) = epi
+                    {
+                        f(ic, mcb, j0 + jc, nc);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `gemm_block` for a row-major A that stays in L2: micro-kernels read A in place; B is packed
+/// one panel group at a time right before use (so it is in L1/L2 when read), and each group of
+/// columns is finished (all of k) before the next, so the epilogue sees it in cache.
+///
+/// # Safety
+/// As `gemm_block`; `a.cs == 1`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_direct<T: GemmElem>(
+    kern: &Kernel<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: BSrc<T>,
+    c: MatMut<T>,
+    j0: usize,
+    slot: usize,
+    epi: Option<Epilogue<'_>>,
+) {
+    let nr = kern.nr;
+    let kcm = kc_for(k, kern);
+    let group = GROUP_PANELS * nr;
+    T::with_buffers(slot, |_, pb| {
+        ensure(pb, if b.prepacked() { 0 } else { group * kcm });
+        for jg in (0..n).step_by(group) {
+            let nc = group.min(n - jg);
+            for pc in (0..k).step_by(kcm) {
+                let kc = kcm.min(k - pc);
+                // SAFETY: the block lies inside B.
+                unsafe { b.pack(kern, pc, kc, j0 + jg, nc, pb) };
+                let ap = |ir: usize| MatRef {
+                    ptr: a.ptr.wrapping_offset(ir as isize * a.rs + pc as isize),
+                    rs: a.rs,
+                    cs: 1,
+                };
+                let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jg, jr);
+                let cb = MatMut { ptr: c.ptr.wrapping_add(j0 + jg), rs: c.rs };
+                // SAFETY: A is read in place over its rows; the block lies inside C.
+                unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0) };
+            }
+            if let Some(f) = epi {
+                f(0, m, j0 + jg, nc);
+            }
+        }
+    })
+}
+
+/// Threaded C = A * B with B a view: each k x n block of B is packed once, by all threads
+/// together, into `shared`; then the threads split its rows of C (each packs only its own rows
+/// of A). Two fork-joins per block and no barrier inside a task, so a descheduled thread
+/// delays but never deadlocks the others; row tasks are claimed dynamically.
+///
+/// # Safety
+/// As `gemm_block` over all of C; `threads > 1`.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_shared<T: GemmElem>(
+    kern: &Kernel<T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: MatRef<T>,
+    c: MatMut<T>,
+    threads: usize,
+    shared: &mut Vec<T>,
+    epi: Option<Epilogue<'_>>,
+) {
+    let (mr, nr) = (kern.mr, kern.nr);
+    let kcm = kc_for(k, kern);
+    let ncm = NC.min(n.div_ceil(nr) * nr);
+    ensure(shared, ncm * kcm);
+    let sb = shared.as_mut_ptr() as usize;
+    // Row tasks: a multiple of the thread count, each about MC rows, tiles spread evenly.
+    let tiles_m = m.div_ceil(mr);
+    let tasks = (threads * tiles_m.div_ceil(threads * MC.div_ceil(mr))).min(tiles_m);
+    let rows_of = |t: usize| {
+        let (t0, t1) = (t * tiles_m / tasks, (t + 1) * tiles_m / tasks);
+        (t0 * mr, (t1 * mr).min(m))
+    };
+    for jc in (0..n).step_by(ncm) {
+        let nc = ncm.min(n - jc);
+        let panels = nc.div_ceil(nr);
+        for pc in (0..k).step_by(kcm) {
+            let kc = kcm.min(k - pc);
+            let packers = threads.min(panels);
+            threads::parallel_for(packers, &|t| {
+                let (p0, p1) = (t * panels / packers, (t + 1) * panels / packers);
+                if p0 < p1 {
+                    let len = (p1 - p0) * nr * kc;
+                    // SAFETY: tasks write disjoint panel ranges of the shared buffer.
+                    let dst = unsafe { std::slice::from_raw_parts_mut((sb as *mut T).add(p0 * nr * kc), len) };
+                    // SAFETY: the block lies inside B.
+                    unsafe { pack::pack_b(b, pc, kc, jc + p0 * nr, (nc - p0 * nr).min((p1 - p0) * nr), nr, dst) };
+                }
+            });
+            threads::parallel_for(tasks, &|t| {
+                let (i0, i1) = rows_of(t);
+                T::with_buffers(threads::slot(), |pa, _| {
+                    // The largest task's size, whichever task this thread claims (a warm call
+                    // must not grow the buffer).
+                    ensure(pa, tiles_m.div_ceil(tasks) * mr * kcm);
+                    // SAFETY: the block lies inside A.
+                    unsafe { pack::pack_a(a, i0, i1 - i0, pc, kc, mr, pa) };
+                    let ap = |ir: usize| MatRef { ptr: pa[(ir / mr) * kc * mr..].as_ptr(), rs: 1, cs: mr as isize };
+                    let bp = |jr: usize| (sb as *const T).wrapping_add((jr / nr) * kc * nr);
+                    let ct = c.skip_rows(i0);
+                    let cb = MatMut { ptr: ct.ptr.wrapping_add(jc), rs: ct.rs };
+                    // SAFETY: the packed blocks cover the tiles; tasks own disjoint rows of C.
+                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0) };
+                });
+                if pc + kc == k
+                    && let Some(f) = epi
+                {
+                    f(i0, i1 - i0, jc, nc);
+                }
+            });
+        }
+    }
+}
