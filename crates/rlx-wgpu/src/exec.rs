@@ -6,16 +6,52 @@
 use crate::gpu::Gpu;
 use crate::kernels::{Bind, Ctx, Kernel, Plan};
 use rlx_driver::KernelTable;
+use rlx_driver::{ParamBuffer, ParamShare};
 use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use wgpu::util::DeviceExt;
 
 /// Status words: [first failing node (u32::MAX when none), offending index low, high, unused].
 const STATUS_BYTES: u64 = 16;
 
+/// A buffer a dispatch binds: a node's, a constant made at compile time, or the status words.
+enum Src {
+    Node(usize),
+    Aux(wgpu::Buffer),
+    Status,
+}
+
 enum Step {
-    Dispatch { pipeline: Arc<wgpu::ComputePipeline>, bind: wgpu::BindGroup, groups: (u32, u32) },
+    Dispatch { pipeline: Arc<wgpu::ComputePipeline>, bind: wgpu::BindGroup, groups: (u32, u32), srcs: Vec<Src> },
     Copy { src: usize, dst: usize, bytes: u64 },
+}
+
+/// The bind group of `srcs` (bindings 0.. in order) for `pipeline`.
+fn bind_group(
+    dev: &wgpu::Device,
+    pipeline: &wgpu::ComputePipeline,
+    srcs: &[Src],
+    bufs: &[wgpu::Buffer],
+    status: &wgpu::Buffer,
+    label: &str,
+) -> wgpu::BindGroup {
+    let entries: Vec<wgpu::BindGroupEntry> = srcs
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let buf = match s {
+                Src::Node(j) => &bufs[*j],
+                Src::Aux(b) => b,
+                Src::Status => status,
+            };
+            wgpu::BindGroupEntry { binding: k as u32, resource: buf.as_entire_binding() }
+        })
+        .collect();
+    dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    })
 }
 
 /// A graph compiled for wgpu.
@@ -116,41 +152,24 @@ impl WgpuExecutable {
                         Plan::Dispatches(ds) => {
                             for d in ds {
                                 let pipeline = gpu.pipeline(op.def().name(), &d.wgsl)?;
-                                let aux: Vec<Option<wgpu::Buffer>> = d
+                                let srcs: Vec<Src> = d
                                     .binds
                                     .iter()
                                     .map(|b| match b {
+                                        Bind::Input(j) => Src::Node(n.inputs[*j].index()),
+                                        Bind::Output => Src::Node(i),
                                         Bind::Aux(words) => {
-                                            Some(dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                                            Src::Aux(dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                                                 label: Some("rlx index map"),
                                                 contents: bytemuck::cast_slice(words),
                                                 usage: wgpu::BufferUsages::STORAGE,
                                             }))
                                         }
-                                        _ => None,
-                                    })
-                                    .collect();
-                                let entries: Vec<wgpu::BindGroupEntry> = d
-                                    .binds
-                                    .iter()
-                                    .zip(&aux)
-                                    .enumerate()
-                                    .map(|(k, (b, a))| {
-                                        let buf = match b {
-                                            Bind::Input(j) => &bufs[n.inputs[*j].index()],
-                                            Bind::Output => &bufs[i],
-                                            Bind::Aux(_) => a.as_ref().unwrap_or(&status),
-                                            Bind::Status => &status,
-                                        };
-                                        wgpu::BindGroupEntry { binding: k as u32, resource: buf.as_entire_binding() }
+                                        Bind::Status => Src::Status,
                                     })
                                     .collect();
                                 uses_status |= d.binds.iter().any(|b| matches!(b, Bind::Status));
-                                let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                                    label: Some(op.def().name()),
-                                    layout: &pipeline.get_bind_group_layout(0),
-                                    entries: &entries,
-                                });
+                                let bind = bind_group(dev, &pipeline, &srcs, &bufs, &status, op.def().name());
                                 if d.groups == 0 {
                                     continue;
                                 }
@@ -162,7 +181,7 @@ impl WgpuExecutable {
                                         format!("node %{i}: too many workgroups"),
                                     ));
                                 }
-                                steps.push(Step::Dispatch { pipeline, bind, groups });
+                                steps.push(Step::Dispatch { pipeline, bind, groups, srcs });
                                 names.push(op.def().name());
                             }
                         }
@@ -324,7 +343,78 @@ fn widen_bools(v: &[u8]) -> Vec<u8> {
     v.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0]).collect()
 }
 
+/// Device buffers handed out by `share_param`, keyed by the handle's address: a `ParamShare`
+/// carries host bytes, so a wgpu share is an empty handle that names a buffer here.
+type Shared = Vec<(Weak<ParamBuffer>, wgpu::Buffer)>;
+static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
+
+fn shared() -> std::sync::MutexGuard<'static, Shared> {
+    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    s.retain(|(w, _)| w.strong_count() > 0);
+    s
+}
+
+impl WgpuExecutable {
+    /// Points param node `node` at `buf` and rebuilds the bind groups that read it.
+    fn rebind(&mut self, node: usize, buf: wgpu::Buffer) {
+        self.bufs[node] = buf;
+        let (dev, bufs, status) = (&self.gpu.device, &self.bufs, &self.status);
+        for step in &mut self.steps {
+            if let Step::Dispatch { pipeline, bind, srcs, .. } = step
+                && srcs.iter().any(|s| matches!(s, Src::Node(j) if *j == node))
+            {
+                *bind = bind_group(dev, pipeline, srcs, bufs, status, "rebound param");
+            }
+        }
+    }
+
+    fn param_node(&self, index: usize, what: &str) -> Result<usize> {
+        self.params.get(index).copied().ok_or_else(|| Error::eval(what, format!("no param #{index}")))
+    }
+}
+
 impl rlx_driver::Executable for WgpuExecutable {
+    fn backend_name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    /// The param's device buffer, for `bind_param` of another wgpu executable (no copy; runs
+    /// on the one queue never overlap). Other backends refuse the handle (it has no bytes).
+    fn share_param(&self, index: usize) -> Result<ParamShare> {
+        let node = self.param_node(index, "share_param")?;
+        let handle = Arc::new(ParamBuffer::zeroed(0));
+        shared().push((Arc::downgrade(&handle), self.bufs[node].clone()));
+        Ok(ParamShare { buffer: handle, group: None })
+    }
+
+    /// A wgpu share binds the same device buffer; read-only host bytes (a memory-mapped file)
+    /// are uploaded once; writable host bytes are refused (the GPU cannot see their writes).
+    fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
+        let node = self.param_node(index, "bind_param")?;
+        let key = Arc::as_ptr(&share.buffer);
+        let found = shared().iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)).map(|(_, b)| b.clone());
+        if let Some(buf) = found {
+            if buf.size() != self.bufs[node].size() {
+                let why = format!(
+                    "param #{index} has {} device bytes, the shared buffer {}",
+                    self.bufs[node].size(),
+                    buf.size()
+                );
+                return Err(Error::eval("bind_param", why));
+            }
+            self.rebind(node, buf);
+            return Ok(());
+        }
+        if share.buffer.is_writable() {
+            let why = format!(
+                "param #{index}: a writable host buffer cannot back a wgpu param (the GPU would not see \
+                 its writes); share between wgpu executables or use set_param"
+            );
+            return Err(Error::Unsupported { backend: "wgpu".into(), missing: why, report: String::new() });
+        }
+        self.upload(node, &share.buffer.to_vec(), &format!("bind_param #{index}"))
+    }
+
     fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
         let node = *self.params.get(index).ok_or_else(|| Error::eval("set_param", format!("no param #{index}")))?;
         self.upload(node, bytes, &format!("set_param #{index}"))
@@ -364,7 +454,7 @@ impl rlx_driver::Executable for WgpuExecutable {
                 Step::Dispatch { .. } => {
                     // Consecutive dispatches share one pass; wgpu orders their buffer accesses.
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                    while let Some(Step::Dispatch { pipeline, bind, groups }) = self.steps.get(i) {
+                    while let Some(Step::Dispatch { pipeline, bind, groups, .. }) = self.steps.get(i) {
                         pass.set_pipeline(pipeline);
                         pass.set_bind_group(0, bind, &[]);
                         pass.dispatch_workgroups(groups.0, groups.1, 1);

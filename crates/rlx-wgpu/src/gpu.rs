@@ -2,6 +2,7 @@
 
 use rlx_ir::{Error, Result};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A wgpu device and queue on the best adapter found, shared by every compiled graph.
@@ -59,6 +60,12 @@ fn open() -> std::result::Result<Arc<Gpu>, String> {
     if std::env::var("RLX_WGPU_F16").is_ok_and(|v| v == "0") {
         features = wgpu::Features::empty();
     }
+    // Subgroup operations where the adapter has them with subgroups that fill a 64-thread
+    // workgroup evenly (RLX_WGPU_SUBGROUPS=0 turns them off).
+    let sg_fits = (4..=64).contains(&info.subgroup_min_size) && info.subgroup_max_size <= 64;
+    if sg_fits && !std::env::var("RLX_WGPU_SUBGROUPS").is_ok_and(|v| v == "0") {
+        features |= adapter.features() & wgpu::Features::SUBGROUP;
+    }
     let desc = wgpu::DeviceDescriptor {
         label: Some("rlx"),
         required_features: features,
@@ -85,6 +92,21 @@ pub fn available() -> std::result::Result<(), String> {
 /// Whether the device computes with f16 (wgpu's SHADER_F16); false without an adapter.
 pub fn has_f16() -> bool {
     GPU.get_or_init(open).as_ref().is_ok_and(|g| g.features.contains(wgpu::Features::SHADER_F16))
+}
+
+/// Whether kernels use subgroup operations (the device has them and `set_subgroups` left them on).
+pub fn has_subgroups() -> bool {
+    SUBGROUPS_ON.load(Ordering::Relaxed)
+        && GPU.get_or_init(open).as_ref().is_ok_and(|g| g.features.contains(wgpu::Features::SUBGROUP))
+}
+
+static SUBGROUPS_ON: AtomicBool = AtomicBool::new(true);
+
+/// Turns subgroup operations in kernels compiled from now on off (false) or back on where the
+/// device has them (true): the shared-memory path is then used, as on adapters without them.
+/// For tests and benchmarks comparing both paths; graphs compiled earlier keep their kernels.
+pub fn set_subgroups(enabled: bool) {
+    SUBGROUPS_ON.store(enabled, Ordering::Relaxed);
 }
 
 /// The availability probe for `rlx_driver::Device::Wgpu`: None when a device opened, else why not.

@@ -6,7 +6,9 @@
 //! have hand-written WGSL; data movement uses index maps derived from the ops' references.
 //! Floats compute in f32 (f16 buffers, where the device has shader-f16, are read into f32 and
 //! rounded at the store); i32/u32 natively; i64 as word pairs in casts, compares, indexing and
-//! movement; u8/i8 packed four to a word. Composites without a kernel (attention, conv, pools, gelu...)
+//! movement; u8/i8 packed four to a word. Packed GGUF weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stay
+//! packed and are decoded inside the `dequantize` / `qmatmul` kernels. Row combines use subgroup
+//! operations where the adapter has them (`gpu::set_subgroups(false)` forces shared memory). Composites without a kernel (attention, conv, pools, gelu...)
 //! run through their decompositions, and what is left is an `Unsupported` error with the
 //! dispatch report (no host fallback).
 #![warn(missing_docs)]

@@ -93,13 +93,11 @@ fn scatter_ok(ctx: &Ctx<'_>) -> bool {
 }
 
 /// Data and indices of gather: word dtypes, and u8 indices (packed bytes).
-const GATHER: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8];
+const GATHER: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8, DType::I8];
 
-/// Data in a word dtype; indices i32, i64, u32 or u8.
+/// Data in a word or byte dtype; indices i32, i64, u32 or u8.
 fn gather_ok(ctx: &Ctx<'_>) -> bool {
-    ctx.ins[0].dtype == ctx.out.dtype
-        && ctx.out.dtype != DType::U8
-        && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32 | DType::U8)
+    ctx.ins[0].dtype == ctx.out.dtype && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32 | DType::U8)
 }
 
 /// WGSL reading index `p` of the index buffer `ix` (as u32 words) into `lo` and `hi`: the value
@@ -124,15 +122,32 @@ fn gather(ctx: &Ctx<'_>) -> Result<Plan> {
     let nidx: usize = ctx.in_dims(1).iter().product();
     let w = if ctx.out.dtype == DType::I64 { 2 } else { 1 };
     let n = ctx.out_numel() * w;
-    // Thread i moves word c of element e.
-    let body = format!(
-        "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\nlet e = i / {w}u;\nlet c = i % {w}u;\n\
+    let read = read_index(ctx.ins[1].dtype, "p");
+    let fail = check(dim, ctx.node, "out[i] = 0u;\nreturn;");
+    let n = if matches!(ctx.out.dtype, DType::U8 | DType::I8) { ctx.out_numel().div_ceil(4) } else { n };
+    let body = if matches!(ctx.out.dtype, DType::U8 | DType::I8) {
+        // Bytes (packed weight rows): thread i assembles output word i from four gathered bytes.
+        format!(
+            "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\nvar word: u32 = 0u;\n\
+             for (var c: u32 = 0u; c < 4u; c = c + 1u) {{\n\
+               let e = 4u * i + c;\nif (e >= {numel}u) {{ break; }}\n\
+               let q = e % {inner}u;\nlet p = (e / {inner}u) % {nidx}u;\nlet o = e / {pi}u;\n{read}{fail}\
+               let s = (o * {dim}u + lo) * {inner}u + q;\n\
+               word = word | (((x[s / 4u] >> (8u * (s % 4u))) & 0xffu) << (8u * c));\n\
+             }}\nout[i] = word;",
+            numel = ctx.out_numel(),
+            pi = inner * nidx,
+        )
+    } else {
+        // Thread i moves word c of element e.
+        format!(
+            "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\nlet e = i / {w}u;\nlet c = i % {w}u;\n\
          let q = e % {inner}u;\nlet p = (e / {inner}u) % {nidx}u;\nlet o = e / {pi};\n{read}{check}\
          out[i] = x[{w}u * ((o * {dim}u + lo) * {inner}u + q) + c];",
-        pi = inner * nidx,
-        read = read_index(ctx.ins[1].dtype, "p"),
-        check = check(dim, ctx.node, "out[i] = 0u;\nreturn;"),
-    );
+            pi = inner * nidx,
+            check = fail,
+        )
+    };
     let d = decls(&[("x", "u32", false), ("ix", "u32", false), ("out", "u32", true)]);
     let d = d + "@group(0) @binding(3) var<storage, read_write> status: array<atomic<u32>>;\n";
     let groups = groups_for(n);

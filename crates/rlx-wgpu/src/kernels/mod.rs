@@ -7,6 +7,7 @@ mod int;
 mod logic;
 mod matmul;
 mod movement;
+mod quant;
 mod reduce;
 
 use rlx_driver::KernelTable;
@@ -109,6 +110,7 @@ pub fn table() -> KernelTable<Kernel> {
     indexing::register(&mut t);
     logic::register(&mut t);
     movement::register(&mut t);
+    quant::register(&mut t);
     t
 }
 
@@ -162,15 +164,28 @@ fn rlx_to_f16(x: f32) -> f16 {
 pub fn module(decls: &str, extra: &str, wg: u32, groups: u32, body: &str) -> String {
     let uses_f16 = [decls, extra, body].iter().any(|t| t.contains("f16"));
     let (enable, f16) = if uses_f16 { ("enable f16;\n", F16_PRELUDE) } else { ("", "") };
+    // Bodies with subgroup operations get the subgroup builtins (see `subgroups`); naga 30
+    // takes them with the device feature and no `enable subgroups;` directive.
+    let mut sg = "";
+    if body.contains("subgroup") {
+        sg = ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32,\n\
+              \x20       @builtin(subgroup_id) sgid: u32, @builtin(num_subgroups) nsg: u32";
+    }
     format!(
         "{enable}{decls}{prelude}{f16}{extra}\n@compute @workgroup_size({wg})\n\
          fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-         \x20       @builtin(local_invocation_id) lid3: vec3<u32>) {{\n\
+         \x20       @builtin(local_invocation_id) lid3: vec3<u32>{sg}) {{\n\
          let g = wid.x + wid.y * nwg.x;\n\
          if (g >= {groups}u) {{ return; }}\n\
          let lid = lid3.x;\n{body}\n}}\n",
         prelude = crate::wexpr::PRELUDE
     )
+}
+
+/// Whether kernels built now may use subgroup operations (`gpu::has_subgroups`). Kernels that
+/// do keep a shared-memory path for devices without them, taken when this is false.
+pub fn subgroups() -> bool {
+    crate::gpu::has_subgroups()
 }
 
 /// Row-major strides of `dims`.

@@ -25,6 +25,18 @@ const RW: u32 = 64;
 const SCRATCH: &str = "var<workgroup> red: array<f32, 64>;\n";
 
 fn tree(combine: &str) -> String {
+    if super::subgroups() {
+        // Butterfly within each subgroup (every lane ends with its subgroup's result), then
+        // thread 0 combines the subgroups' results in subgroup order.
+        return format!(
+            "{{ var v = acc;\n\
+             for (var o: u32 = sgs / 2u; o > 0u; o = o >> 1u) {{ let a = v; let b = subgroupShuffleXor(v, o); v = {combine}; }}\n\
+             if (sgi == 0u) {{ red[sgid] = v; }}\n\
+             workgroupBarrier();\n\
+             if (lid == 0u) {{ var w = red[0]; for (var s: u32 = 1u; s < nsg; s = s + 1u) {{ let a = w; let b = red[s]; w = {combine}; }} red[0] = w; }}\n\
+             workgroupBarrier(); }}\n"
+        );
+    }
     format!(
         "red[lid] = acc;\nworkgroupBarrier();\n\
          for (var s: u32 = 32u; s > 0u; s = s >> 1u) {{\n\
