@@ -20,8 +20,9 @@ pub fn one_hot(g: &mut Graph, labels: NodeId, classes: usize) -> NodeId {
     g.cast(hit, DType::F32)
 }
 
-/// Softmax cross-entropy of `logits` `[..., classes]` against integer `labels` `[...]`, fused
-/// with log-softmax (stable for any logits), mean over the leading axes. Matches optax's
+/// Softmax cross-entropy of `logits` `[..., classes]` against integer `labels` `[...]`, as the
+/// fused `softmax_cross_entropy` op (stable for any logits; its gradient is the closed form
+/// `softmax - onehot`), mean over the leading axes. Matches optax's
 /// `softmax_cross_entropy_with_integer_labels(...).mean()`.
 pub fn cross_entropy(g: &mut Graph, logits: NodeId, labels: NodeId) -> NodeId {
     let ld = dims(g, logits);
@@ -32,15 +33,11 @@ pub fn cross_entropy(g: &mut Graph, logits: NodeId, labels: NodeId) -> NodeId {
             g.dtype(labels)
         );
         g.record(Error::InvalidGraph { graph: g.name().to_string(), reason });
+        return logits;
     }
-    let classes = *ld.last().unwrap_or(&1);
-    let lsm = g.log_softmax(logits, -1);
-    let oh = one_hot(g, labels, classes);
-    let picked = g.mul(lsm, oh);
-    let nll = g.sum(picked, &[-1], false);
+    let nll = g.softmax_cross_entropy(logits, labels);
     let axes: Vec<i64> = (0..yd.len() as i64).collect();
-    let m = if axes.is_empty() { nll } else { g.mean(nll, &axes, false) };
-    g.neg(m)
+    if axes.is_empty() { nll } else { g.mean(nll, &axes, false) }
 }
 
 /// Binary cross-entropy on logits (stable): mean of `softplus(x) - x * t`, targets in [0, 1].

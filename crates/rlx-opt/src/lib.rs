@@ -21,10 +21,13 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod cross_entropy;
 pub mod engine;
 pub mod fuse;
 pub mod fuse_norm;
+pub mod fuse_reduce;
 pub mod memory;
+pub mod merge_matmul;
 pub mod patterns;
 pub mod pipeline;
 pub mod precision;
@@ -37,5 +40,6 @@ pub use engine::{RewriteStats, Rewriter, Rule, RuleSet, rewrite};
 pub use fuse::{fuse_elementwise, fuse_matmul_epilogues};
 pub use fuse_norm::fuse_norm_prologues;
 pub use memory::{MemoryPlan, Slot, SlotKind, plan};
+pub use merge_matmul::merge_sibling_matmuls;
 pub use pipeline::{CompileReport, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with};
 pub use report::{Fusion, FusionKind, FusionReport, NotFused, Reason};

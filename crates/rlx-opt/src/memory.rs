@@ -118,6 +118,28 @@ impl FreeList {
     }
 }
 
+/// The byte offset of a `slice` whose elements are one contiguous run of its input (step 1,
+/// whole trailing axes, one index on the axes before the sliced one), so it can be a view.
+fn contiguous_slice(g: &Graph, nd: &Node) -> Option<usize> {
+    let Op::Slice(s) = &nd.op else { return None };
+    let x = &g.nodes()[nd.inputs[0].index()].ty;
+    let d = x.fixed_dims()?;
+    if s.steps.iter().any(|&st| st != 1) || s.starts.len() != d.len() || s.ends.len() != d.len() {
+        return None;
+    }
+    // The innermost axis not taken whole; axes before it must hold one index each.
+    let p = (0..d.len()).rev().find(|&a| s.starts[a] != 0 || s.ends[a] != d[a]).unwrap_or(0);
+    if (0..p).any(|a| s.ends[a] - s.starts[a] != 1) {
+        return None;
+    }
+    let elem = x.dtype.size_bytes();
+    if x.size_bytes()? != d.iter().product::<usize>() * elem {
+        return None;
+    }
+    let before: usize = (0..d.len()).map(|a| s.starts[a] * d[a + 1..].iter().product::<usize>()).sum();
+    Some(before * elem)
+}
+
 /// Plans `g`'s arena. `in_place(node)` says whether the backend's kernel for the node may write
 /// over an input of the same type (it is asked only when such an input dies at the node).
 pub fn plan(g: &Graph, in_place: &dyn Fn(&Node) -> bool) -> Result<MemoryPlan> {
@@ -156,13 +178,13 @@ pub fn plan_with_updates(
     }
     // Buffer owner of each node: views share their input's buffer.
     let mut root: Vec<usize> = (0..n).collect();
-    let is_view = |nd: &Node| {
-        nd.op.def().traits().contains(OpTraits::VIEW)
-            && nd.inputs.len() == 1
-            && nodes[nd.inputs[0].index()].ty.size_bytes() == nd.ty.size_bytes()
-    };
+    // Byte offset of each view into its input: reshape-like views at 0, contiguous slices inside.
+    let mut view_at: Vec<Option<usize>> = vec![None; n];
     for (i, nd) in nodes.iter().enumerate() {
-        if is_view(nd) {
+        let same = nd.inputs.len() == 1 && nodes[nd.inputs[0].index()].ty.size_bytes() == nd.ty.size_bytes();
+        view_at[i] =
+            if nd.op.def().traits().contains(OpTraits::VIEW) && same { Some(0) } else { contiguous_slice(g, nd) };
+        if view_at[i].is_some() {
             root[i] = root[nd.inputs[0].index()];
         }
     }
@@ -208,8 +230,9 @@ pub fn plan_with_updates(
             let s = slots[p.index()].expect("params are placed first");
             slots[i] = Some(Slot { offset: s.offset, bytes: bytes[i], kind: SlotKind::InPlace(p) });
         } else if root[i] != i {
-            let parent = slots[root[i]].expect("parents are placed first");
-            slots[i] = Some(Slot { offset: parent.offset, bytes: bytes[i], kind: SlotKind::View(nd.inputs[0]) });
+            let parent = slots[nd.inputs[0].index()].expect("parents are placed first");
+            let offset = parent.offset + view_at[i].unwrap_or(0);
+            slots[i] = Some(Slot { offset, bytes: bytes[i], kind: SlotKind::View(nd.inputs[0]) });
         } else {
             let donor = nd.inputs.iter().find(|x| {
                 let (xi, r) = (x.index(), root[x.index()]);

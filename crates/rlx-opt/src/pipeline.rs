@@ -7,6 +7,7 @@ use crate::engine::{RewriteStats, rewrite};
 use crate::fuse::{fuse_elementwise, fuse_matmul_epilogues};
 use crate::fuse_norm::fuse_norm_prologues;
 use crate::memory::{MemoryPlan, fused_in_place, plan};
+use crate::merge_matmul::merge_sibling_matmuls;
 use crate::report::{FusionKind, FusionReport};
 use crate::rules::{MATMUL, SIMPLIFY};
 use rlx_driver::{Backend, DispatchReport, legalize};
@@ -38,11 +39,14 @@ pub struct PipelineOptions {
     pub simplify: bool,
     /// Fuse elementwise regions.
     pub fuse: bool,
+    /// Merge sibling matmuls into `stacked_matmul` (with `fuse`; `RLX_MERGE_MATMUL=0` also
+    /// turns it off, for A/B runs).
+    pub merge_matmuls: bool,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
-        PipelineOptions { precision: PrecisionPolicy::F32, simplify: true, fuse: true }
+        PipelineOptions { precision: PrecisionPolicy::F32, simplify: true, fuse: true, merge_matmuls: true }
     }
 }
 
@@ -184,10 +188,14 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         Ok::<(), Error>(())
     };
     if opts.simplify {
-        if supports_attention(backend) {
-            // Named patterns only before legalize: a decomposed attention is never re-formed.
-            let mut with_patterns = sets.clone();
-            with_patterns.push(crate::patterns::ATTENTION);
+        // Named patterns only before legalize: a decomposed attention is never re-formed.
+        let mut with_patterns = sets.clone();
+        with_patterns.extend(supports_attention(backend).then_some(crate::patterns::ATTENTION));
+        with_patterns.extend(
+            crate::cross_entropy::supports_cross_entropy(backend)
+                .then_some(crate::cross_entropy::SOFTMAX_CROSS_ENTROPY),
+        );
+        if with_patterns.len() > sets.len() {
             let (next, st) = rewrite(&cur, &with_patterns)?;
             stages.push(StageReport {
                 name: "simplify",
@@ -221,16 +229,21 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         let supports = |n: &rlx_ir::Node, ins: &[&rlx_ir::Shape]| backend.supports(n, ins);
         let (fused, mut rep) = fuse_elementwise(&cur, &supports)?;
         let fused = fuse_matmul_epilogues(&fused, &supports, &mut rep)?;
+        let fused = crate::fuse_reduce::fuse_reduce_prologues(&fused, &supports, &mut rep)?;
         let fused = fuse_norm_prologues(&fused, &supports, &mut rep)?;
+        // After epilogue fusion: siblings carry their bias and activation into the stacked op.
+        let merge = opts.merge_matmuls && std::env::var("RLX_MERGE_MATMUL").map_or(true, |v| v != "0");
+        let fused = if merge { merge_sibling_matmuls(&fused, &supports, &mut rep)? } else { fused };
         stages.push(StageReport {
             name: "fuse",
             nodes_before: before,
             nodes_after: fused.len(),
             detail: format!(
-                "regions:{} epilogues:{} prologues:{}",
+                "regions:{} epilogues:{} prologues:{} stacked:{}",
                 rep.count(FusionKind::Elementwise),
                 rep.count(FusionKind::MatMulEpilogue),
-                rep.count(FusionKind::NormPrologue)
+                rep.count(FusionKind::NormPrologue),
+                rep.count(FusionKind::StackedMatMul)
             ),
         });
         dump.dump("fuse", &fused)?;

@@ -12,6 +12,10 @@ pub enum FusionKind {
     MatMulEpilogue,
     /// A norm absorbed the elementwise ops that make its input (`fused_norm`).
     NormPrologue,
+    /// Sibling matmuls sharing their left input became one `stacked_matmul`.
+    StackedMatMul,
+    /// A reduction absorbed the elementwise ops that make its input (`fused_reduce`).
+    ReducePrologue,
 }
 
 impl fmt::Display for FusionKind {
@@ -20,6 +24,8 @@ impl fmt::Display for FusionKind {
             FusionKind::Elementwise => "elementwise region",
             FusionKind::MatMulEpilogue => "matmul epilogue",
             FusionKind::NormPrologue => "norm prologue",
+            FusionKind::StackedMatMul => "stacked matmul",
+            FusionKind::ReducePrologue => "reduction prologue",
         })
     }
 }
@@ -31,7 +37,7 @@ pub struct Fusion {
     pub kind: FusionKind,
     /// The node in the final graph.
     pub node: u32,
-    /// Elementwise ops folded into it.
+    /// Elementwise ops folded into it (for a stacked matmul: the matmuls merged).
     pub ops: usize,
     /// Its inputs (values read from memory).
     pub inputs: usize,
@@ -62,6 +68,8 @@ pub enum Reason {
     BackendLacksKernel(String),
     /// The fused op would not infer to the same type as the nodes it replaces.
     TypeWouldChange,
+    /// A sibling matmul that cannot join its siblings' stacked matmul, and why.
+    NotMergeable(String),
 }
 
 impl fmt::Display for Reason {
@@ -75,6 +83,7 @@ impl fmt::Display for Reason {
             Reason::ConsumerIsReduction(op) => write!(f, "consumer is a reduction (`{op}`) without a prologue kernel"),
             Reason::BackendLacksKernel(what) => write!(f, "backend lacks fused kernel: {what}"),
             Reason::TypeWouldChange => write!(f, "the fused op would change the type"),
+            Reason::NotMergeable(why) => write!(f, "not merged with its siblings: {why}"),
         }
     }
 }
@@ -140,10 +149,18 @@ impl FusionReport {
 
 impl fmt::Display for FusionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ops: usize = self.fused.iter().map(|r| r.ops).sum();
+        let ops: usize = self.fused.iter().filter(|r| r.kind != FusionKind::StackedMatMul).map(|r| r.ops).sum();
+        let stacked = match self.count(FusionKind::StackedMatMul) {
+            0 => String::new(),
+            c => format!(", {c} stacked matmuls"),
+        };
+        let stacked = match self.count(FusionKind::ReducePrologue) {
+            0 => stacked,
+            c => format!("{stacked}, {c} reduction prologues"),
+        };
         writeln!(
             f,
-            "fusion: {} elementwise regions, {} matmul epilogues, {} norm prologues ({ops} elementwise ops fused)",
+            "fusion: {} elementwise regions, {} matmul epilogues, {} norm prologues{stacked} ({ops} elementwise ops fused)",
             self.count(FusionKind::Elementwise),
             self.count(FusionKind::MatMulEpilogue),
             self.count(FusionKind::NormPrologue),

@@ -56,7 +56,7 @@ fn mixed(rows: usize, n: usize) -> Graph {
     let m = g.mul(e, y);
     let m = g.tanh(m);
     let m = g.neg(m);
-    // A region whose consumer is a plain reduction.
+    // A region whose consumer is a plain reduction (it becomes the reduction's prologue).
     let c = g.sin(r);
     let c = g.cos(c);
     let cs = g.sum(c, &[1], false);
@@ -77,15 +77,15 @@ fn report_says_what_fused_and_why_not() {
     let text = rep.to_string();
     println!("{text}\n{}", opt.to_text());
     let want = "\
-fusion: 3 elementwise regions, 0 matmul epilogues, 1 norm prologues (9 elementwise ops fused)
+fusion: 2 elementwise regions, 0 matmul epilogues, 1 norm prologues, 1 reduction prologues (9 elementwise ops fused)
   fused %5: norm prologue, 2 ops, 5 inputs
   fused %8: elementwise region, 3 ops, 2 inputs
-  fused %9: elementwise region, 2 ops, 1 inputs
-  fused %14: elementwise region, 2 ops, 1 inputs
-  not fused %13 (cast) for elementwise region: dtype change (f32 -> f64)
+  fused %9: reduction prologue, 2 ops, 1 inputs
+  fused %13: elementwise region, 2 ops, 1 inputs
+  not fused %12 (cast) for elementwise region: dtype change (f32 -> f64)
   not fused %6 (exp) for elementwise region: multiple consumers (2): stored for them
-  not fused %9 (fused) for norm prologue: consumer is a reduction (`sum`) without a prologue kernel
-  not fused %11 (sub) for norm prologue: multiple consumers (2): stored for them
+  not fused %6 (exp) for reduction prologue: multiple consumers (2): stored for them
+  not fused %10 (sub) for norm prologue: multiple consumers (2): stored for them
 ";
     assert_eq!(text, want);
     // Every reported node is what the report says it is.
@@ -95,10 +95,12 @@ fusion: 3 elementwise regions, 0 matmul epilogues, 1 norm prologues (9 elementwi
             FusionKind::Elementwise => "fused",
             FusionKind::MatMulEpilogue => "fused_matmul",
             FusionKind::NormPrologue => "fused_norm",
+            FusionKind::StackedMatMul => "stacked_matmul",
+            FusionKind::ReducePrologue => "fused_reduce",
         };
         assert_eq!(op, expect, "%{}", f.node);
     }
-    assert_eq!(rep.rejected(|r| matches!(r, Reason::MultipleConsumers(_))), 2);
+    assert_eq!(rep.rejected(|r| matches!(r, Reason::MultipleConsumers(_))), 3);
 }
 
 #[test]

@@ -17,17 +17,17 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
 }
 
 /// Elements per chunk: the registers of a chunk stay in L1.
-const CHUNK: usize = 256;
+pub(super) const CHUNK: usize = 256;
 
 /// Where a program input lives: node input `i`, or the output itself (a matmul epilogue).
 #[derive(Clone, Copy)]
-enum Buf {
+pub(super) enum Buf {
     In(usize),
     Out,
 }
 
 /// How an input lines up with the output.
-enum Src {
+pub(super) enum Src {
     /// Same element order (same count).
     Same,
     /// One element, repeated.
@@ -41,7 +41,7 @@ enum Src {
 }
 
 /// How program input `i` (of dims `d`) is read.
-fn src(od: &[usize], d: &[usize]) -> Src {
+pub(super) fn src(od: &[usize], d: &[usize]) -> Src {
     let n: usize = od.iter().product();
     let c = d.iter().product::<usize>();
     // Without leading ones, d lines up with the end of od.
@@ -151,21 +151,27 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
 }
 
 /// An elementwise program with its constants and input layouts.
-struct Prog<T> {
-    program: Vec<Instr>,
+pub(super) struct Prog<T> {
+    pub(super) program: Vec<Instr>,
     consts: Vec<T>,
     srcs: Vec<(Buf, Src)>,
 }
 
 impl<T: FloatElem> Prog<T> {
-    fn new(program: Vec<Instr>, srcs: Vec<(Buf, Src)>) -> Self {
+    pub(super) fn new(program: Vec<Instr>, srcs: Vec<(Buf, Src)>) -> Self {
         let consts = program.iter().map(|i| T::from_f64(if let Instr::Const(c) = *i { c } else { 0.0 })).collect();
         Prog { program, consts, srcs }
     }
 
     /// Evaluates output elements `s..s+len` (len <= CHUNK) into `regs` and returns the result;
     /// `load(buf, src, r)` fills register `r` with an input.
-    fn eval<'r>(&self, regs: &'r mut [T], s: usize, len: usize, mut load: impl FnMut(Buf, &Src, &mut [T])) -> &'r [T] {
+    pub(super) fn eval<'r>(
+        &self,
+        regs: &'r mut [T],
+        s: usize,
+        len: usize,
+        mut load: impl FnMut(Buf, &Src, &mut [T]),
+    ) -> &'r [T] {
         let _ = s;
         for (k, ins) in self.program.iter().enumerate() {
             let (done, rest) = regs.split_at_mut(k * CHUNK);
@@ -193,7 +199,7 @@ impl<T: FloatElem> Prog<T> {
 }
 
 /// Fills `r` with output elements `s..s+r.len()` of an input `x` laid out as `src`.
-fn fill<T: Copy>(src: &Src, x: &[T], r: &mut [T], s: usize) {
+pub(super) fn fill<T: Copy>(src: &Src, x: &[T], r: &mut [T], s: usize) {
     let len = r.len();
     match src {
         Src::Same => r.copy_from_slice(&x[s..s + len]),

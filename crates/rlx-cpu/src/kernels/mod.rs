@@ -1,6 +1,7 @@
 //! The CPU kernel table. Each file registers its kernels in `register`.
 
 mod attention;
+mod cross_entropy;
 mod elementwise;
 mod fused;
 mod fused_norm;
@@ -12,6 +13,7 @@ mod nn;
 pub mod profile;
 mod quant;
 mod reduce;
+mod stacked_matmul;
 mod vec32;
 
 use crate::exec::Bufs;
@@ -89,7 +91,9 @@ pub fn table() -> KernelTable<KernelBuilder> {
     movement::register(&mut t);
     quant::register(&mut t);
     nn::register(&mut t);
+    cross_entropy::register(&mut t);
     attention::register(&mut t);
+    stacked_matmul::register(&mut t);
     t
 }
 

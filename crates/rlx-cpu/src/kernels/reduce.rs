@@ -1,21 +1,25 @@
-//! Reductions (sum, mean, max, min, prod) and argmax. Floats accumulate in f64, ints in i64.
+//! Reductions (sum, mean, max, min, prod), argmax, and reductions of an elementwise region
+//! (`fused_reduce`). Floats accumulate in f64, ints in i64.
 
-use super::math::SharedMut;
-use super::{Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
+use super::math::{Compute, SharedMut};
+use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
 use crate::{with_float, with_int};
 use rlx_driver::KernelTable;
-use rlx_ir::ops::ReduceKind;
 use rlx_ir::ops::reduce::reduce_index_map;
+use rlx_ir::ops::util::broadcast_index_map;
 use rlx_ir::ops::util::unravel;
+use rlx_ir::ops::{Instr, ReduceKind};
 use rlx_ir::shape::{normalize_axes, normalize_axis};
 use rlx_ir::{Error, Op, OpKind, Result};
+use std::sync::Mutex;
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::Reduce, NUMERIC, reduce);
     t.register(OpKind::ArgMax, NUMERIC, argmax);
+    t.register(OpKind::FusedReduce, FLOATS, fused_reduce);
 }
 
 fn reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
@@ -180,4 +184,157 @@ fn reduce_row<T: FloatElem>(row: &[T], init: f64, combine: impl Fn(f64, f64) -> 
         acc = combine(acc, v);
     }
     acc
+}
+
+/// How a `fused_reduce` region input lines up with one row (the reduced trailing elements).
+enum RowSrc {
+    /// Same element order as the region: row r is elements `r*n..(r+1)*n`.
+    Same,
+    /// One element for the whole region.
+    Splat,
+    /// Varies only along the reduced axes (a bias `[n]`): the same slice for every row.
+    Vector,
+    /// Constant along the reduced axes (a per-row `[.., 1]` value): element r.
+    PerRow,
+    /// Any other broadcast: the input element of each region element.
+    Map(Vec<u32>),
+}
+
+fn row_src(od: &[usize], d: &[usize], k: usize) -> RowSrc {
+    let mut p = vec![1; od.len().saturating_sub(d.len())];
+    p.extend_from_slice(d);
+    let (lead, tail) = (od.len() - k, od.len());
+    if p == od {
+        RowSrc::Same
+    } else if p.iter().all(|&x| x == 1) {
+        RowSrc::Splat
+    } else if p[..lead].iter().all(|&x| x == 1) && p[lead..tail] == od[lead..] {
+        RowSrc::Vector
+    } else if p[lead..].iter().all(|&x| x == 1) && p[..lead] == od[..lead] {
+        RowSrc::PerRow
+    } else {
+        RowSrc::Map(broadcast_index_map(od, d).into_iter().map(|x| x as u32).collect())
+    }
+}
+
+/// `fused_reduce` over trailing axes: each task evaluates the region one row at a time into its
+/// registers (L1) and reduces the row there; nothing of the region is stored.
+fn fused_reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::FusedReduce(f) = ctx.op else { return Err(unsupported(ctx)) };
+    let shapes: Vec<&rlx_ir::Shape> = ctx.ins.iter().collect();
+    let region = rlx_ir::OpDef::infer(&f.prologue, &shapes).map_err(|e| Error::eval("fused_reduce", e))?;
+    let od = region.fixed_dims().ok_or_else(|| unsupported(ctx))?;
+    let mut axes = normalize_axes(&f.reduce.axes, od.len()).map_err(|e| Error::eval("fused_reduce", e))?;
+    axes.sort_unstable();
+    let k = axes.len();
+    let (program, kind) = (f.prologue.program.clone(), f.reduce.kind);
+    if k == 0 || axes.iter().enumerate().any(|(i, &a)| a != od.len() - k + i) {
+        // The optimizer forms only row reductions; any other layout (built by hand) evaluates
+        // the region into a buffer made at build time, then reduces it through an index map.
+        let srcs: Vec<RowSrc> = (0..ctx.ins.len()).map(|i| row_src(&od, &ctx.in_dims(i), od.len())).collect();
+        let map: Vec<u32> = reduce_index_map(&od, &axes).into_iter().map(|x| x as u32).collect();
+        let count: usize = axes.iter().map(|&a| od[a]).product();
+        let n_out = ctx.out.numel().unwrap_or(0);
+        return with_float!(ctx.out.dtype, T => {
+            let numel = od.iter().product::<usize>();
+            let mut regs = vec![T::from_f64(0.0); program.len() * numel];
+            let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { T::from_f64(0.0) }).collect();
+            let mut acc = vec![0.0f64; n_out];
+            let last = program.len() - 1;
+            Ok(Box::new(move |b: &Bufs<'_>| {
+                region_row(&program, &consts, &srcs, &|i| b.input::<T>(i), &mut regs, 0, numel);
+                acc.fill(kind.init());
+                for (&x, &o) in regs[last * numel..].iter().zip(&map) {
+                    acc[o as usize] = kind.combine(acc[o as usize], x.to_f64());
+                }
+                let scale = if kind == ReduceKind::Mean { 1.0 / count as f64 } else { 1.0 };
+                for (y, &a) in b.output::<T>().iter_mut().zip(&acc) {
+                    *y = T::from_f64(a * scale);
+                }
+                Ok(())
+            }) as Kernel)
+        }, else Err(unsupported(ctx)));
+    }
+    let n: usize = od[od.len() - k..].iter().product();
+    let rows = od.iter().product::<usize>().checked_div(n).unwrap_or(0);
+    let srcs: Vec<RowSrc> = (0..ctx.ins.len()).map(|i| row_src(&od, &ctx.in_dims(i), k)).collect();
+    with_float!(ctx.out.dtype, T => Ok(fused_reduce_kernel::<T>(program, srcs, rows, n, kind)), else Err(unsupported(ctx)))
+}
+
+fn fused_reduce_kernel<T: Compute>(
+    program: Vec<Instr>,
+    srcs: Vec<RowSrc>,
+    rows: usize,
+    n: usize,
+    kind: ReduceKind,
+) -> Kernel {
+    let tasks = if rows * n < (1 << 15) { 1 } else { (num_threads() * 4).min(rows).max(1) };
+    let zero = T::from_f64(0.0);
+    let scratch: Vec<Mutex<Vec<T>>> = (0..tasks).map(|_| Mutex::new(vec![zero; program.len() * n])).collect();
+    let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { zero }).collect();
+    let last = program.len() - 1;
+    let scale = if kind == ReduceKind::Mean { 1.0 / n as f64 } else { 1.0 };
+    // The region inputs as (address, length), refilled each run without allocating.
+    let mut addrs: Vec<(usize, usize)> = Vec::with_capacity(srcs.len());
+    Box::new(move |b: &Bufs<'_>| {
+        addrs.clear();
+        addrs.extend((0..srcs.len()).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
+        let addrs = &addrs;
+        let y = SharedMut(b.output::<T>().as_mut_ptr());
+        parallel_for(tasks, &|task| {
+            let mut regs = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the inputs are arena or param bytes that outlive the run; fused_reduce never
+            // runs in place, so nothing writes them meanwhile.
+            let input = |i: usize| unsafe { std::slice::from_raw_parts(addrs[i].0 as *const T, addrs[i].1) };
+            for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
+                region_row(&program, &consts, &srcs, &input, &mut regs, r, n);
+                let v = match kind {
+                    ReduceKind::Sum | ReduceKind::Mean => reduce_row(&regs[last * n..], 0.0, |a, x| a + x) * scale,
+                    ReduceKind::Prod => reduce_row(&regs[last * n..], 1.0, |a, x| a * x),
+                    k => reduce_row(&regs[last * n..], k.init(), |a, x| k.combine(a, x)),
+                };
+                // SAFETY: each row writes only its own output element.
+                unsafe { y.write(r, T::from_f64(v)) };
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Runs the region over row `r`: register `j` holds instruction `j`'s row.
+fn region_row<'a, T: Compute>(
+    program: &[Instr],
+    consts: &[T],
+    srcs: &[RowSrc],
+    input: &dyn Fn(usize) -> &'a [T],
+    regs: &mut [T],
+    r: usize,
+    n: usize,
+) {
+    for (j, instr) in program.iter().enumerate() {
+        let (done, rest) = regs.split_at_mut(j * n);
+        let out = &mut rest[..n];
+        let reg = |a: usize| &done[a * n..(a + 1) * n];
+        match *instr {
+            Instr::Input(i) => match &srcs[i] {
+                RowSrc::Same => out.copy_from_slice(&input(i)[r * n..(r + 1) * n]),
+                RowSrc::Splat => out.fill(input(i)[0]),
+                RowSrc::Vector => out.copy_from_slice(&input(i)[..n]),
+                RowSrc::PerRow => out.fill(input(i)[r]),
+                RowSrc::Map(m) => {
+                    let x = input(i);
+                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize])
+                }
+            },
+            Instr::Const(_) => out.fill(consts[j]),
+            // f32 runs the vectorized loops of vec32.rs; other dtypes evaluate the expression.
+            Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), out) => {
+                out.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
+            }
+            Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), out) => {
+                out.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
+            }
+            Instr::Unary(..) | Instr::Binary(..) => {}
+        }
+    }
 }

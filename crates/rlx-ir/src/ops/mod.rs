@@ -9,12 +9,14 @@ pub mod binary;
 pub mod cast;
 pub mod control;
 pub mod conv;
+pub mod cross_entropy;
 pub mod cumsum;
 pub mod dims;
 pub mod dynamic;
 pub mod fake_quant;
 pub mod fused;
 pub mod fused_norm;
+pub mod fused_reduce;
 pub mod gather;
 pub mod layout;
 pub mod leaf;
@@ -27,6 +29,7 @@ pub mod rope;
 pub mod rules;
 pub mod slice;
 pub mod softmax;
+pub mod stacked_matmul;
 pub mod topk;
 pub mod unary;
 pub mod util;
@@ -36,12 +39,14 @@ pub use binary::{Binary, BinaryKind, Compare, CompareKind};
 pub use cast::{Cast, Where};
 pub use control::{Cond, CustomFn, Scan, ScanOutput, WhileLoop};
 pub use conv::Conv2d;
+pub use cross_entropy::SoftmaxCrossEntropy;
 pub use cumsum::Cumsum;
 pub use dims::{BroadcastTo, ExpandDims, Squeeze};
 pub use dynamic::{DynamicSlice, DynamicUpdateSlice};
 pub use fake_quant::FakeQuant;
 pub use fused::{Fused, FusedMatMul, Instr};
 pub use fused_norm::{FusedNorm, NormKind};
+pub use fused_reduce::FusedReduce;
 pub use gather::{Gather, ScatterAdd};
 pub use layout::{Reshape, Transpose};
 pub use leaf::{Arange, Constant, Full, Input, Param};
@@ -53,6 +58,7 @@ pub use reduce::{ArgMax, Reduce, ReduceKind};
 pub use rope::Rope;
 pub use slice::{Concat, Slice};
 pub use softmax::{LogSoftmax, Softmax};
+pub use stacked_matmul::StackedMatMul;
 pub use topk::{TopK, TopKOutput};
 pub use unary::{Unary, UnaryKind};
 
@@ -117,6 +123,7 @@ define_ops! {
     MatMul(MatMul),
     Softmax(Softmax),
     LogSoftmax(LogSoftmax),
+    SoftmaxCrossEntropy(SoftmaxCrossEntropy),
     Reshape(Reshape),
     Transpose(Transpose),
     BroadcastTo(BroadcastTo),
@@ -142,7 +149,9 @@ define_ops! {
     AvgPool2d(AvgPool2d),
     Fused(Fused),
     FusedMatMul(FusedMatMul),
+    StackedMatMul(StackedMatMul),
     FusedNorm(FusedNorm),
+    FusedReduce(FusedReduce),
     CustomFn(CustomFn),
     Cond(Cond),
     Scan(Scan),

@@ -1,0 +1,216 @@
+//! `stacked_matmul`: G products sharing their left input in one thread-pool dispatch. The
+//! output of every group is cut into (row block, column block) tasks, all G groups' tasks are
+//! claimed from one pool job, each runs the packed GEMM on its block single-threaded (nested
+//! pool calls run inline) with B packed once per weight version, and the per-group epilogue runs
+//! on each finished block while it is in cache. Groups never share a task, so n need not be a
+//! multiple of the micro-tile width.
+
+use super::fused::{Buf, CHUNK, Prog, Src, fill, src};
+use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
+use crate::elem::FloatElem;
+use crate::exec::Bufs;
+use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src, pack_b_full, packed_b_len};
+use crate::threads;
+use rlx_driver::KernelTable;
+use rlx_ir::{DType, Op, OpKind, Result};
+use std::sync::Mutex;
+
+pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
+    t.register(OpKind::StackedMatMul, &[DType::F32, DType::F64], stacked_matmul);
+}
+
+/// A row block of A is kept near this many bytes (half of L2), so it stays cached across the
+/// column blocks that read it.
+const A_BLOCK_BYTES: usize = 128 << 10;
+/// Most tasks per dispatch (each task is a GEMM call with its own fixed cost).
+const MAX_TASKS: usize = 64;
+
+/// Static geometry: x as `[rows, k]`, each weight `[k, n]` (strided when transposed).
+#[derive(Clone, Copy)]
+struct Geo {
+    groups: usize,
+    rows: usize,
+    k: usize,
+    n: usize,
+    /// Element strides (row, column) of each weight's `[k, n]` view.
+    sb: (usize, usize),
+    /// Epilogue extras per group.
+    extras: usize,
+}
+
+fn stacked_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let Op::StackedMatMul(op) = ctx.op else { return Err(unsupported(ctx)) };
+    let e = op.extras_per_group(ctx.ins.len()).map_err(|r| rlx_ir::Error::eval("stacked_matmul", r))?;
+    let (xd, wd, od) = (ctx.in_dims(0), ctx.in_dims(1), ctx.out_dims());
+    if xd.len() < 2 || wd.len() != 2 || ctx.ins.iter().take(1 + op.groups).any(|s| s.dtype != ctx.out.dtype) {
+        return Err(unsupported(ctx));
+    }
+    let k = xd[xd.len() - 1];
+    let n = if op.transpose_b { wd[0] } else { wd[1] };
+    let sb = if op.transpose_b { (1, k) } else { (n, 1) };
+    let geo = Geo { groups: op.groups, rows: xd[..xd.len() - 1].iter().product(), k, n, sb, extras: e };
+    // The epilogue sees one group's output: Input(0) is the product, Input(i) extra i - 1.
+    let gd = &od[1..];
+    let extras = op.group_inputs(0, e).1;
+    let mut srcs = vec![(Buf::Out, Src::Same)];
+    srcs.extend(extras.enumerate().map(|(i, x)| (Buf::In(i), src(gd, &ctx.in_dims(x)))));
+    let program = op.epilogue.as_ref().map(|f| f.program.clone());
+    match ctx.out.dtype {
+        DType::F32 => Ok(build::<f32>(geo, program.map(|p| Prog::new(p, srcs)))),
+        DType::F64 => Ok(build::<f64>(geo, program.map(|p| Prog::new(p, srcs)))),
+        _ => Err(unsupported(ctx)),
+    }
+}
+
+/// Packed weights, one per group, packed on the second run that sees the same param version
+/// (the schedule of the plain matmul's cache: a weight rewritten every run is never packed).
+struct Packed<T> {
+    buf: Vec<T>,
+    packed: Option<u64>,
+    seen: Option<u64>,
+}
+
+impl<T: GemmElem> Packed<T> {
+    fn get(&mut self, version: Option<u64>, geo: &Geo, w: &[T]) -> Option<*const T> {
+        let v = version?;
+        // Matrix-vector products stream B instead.
+        if geo.rows < 4 {
+            return None;
+        }
+        if self.packed == Some(v) {
+            return Some(self.buf.as_ptr());
+        }
+        if self.seen != Some(v) {
+            self.seen = Some(v);
+            self.packed = None;
+            self.buf.resize(packed_b_len::<T>(geo.k, geo.n), T::default());
+            return None;
+        }
+        let view = MatRef { ptr: w.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
+        // SAFETY: w holds k*n elements addressed by the strides; the buffer has the packed size.
+        unsafe { pack_b_full(geo.k, geo.n, view, &mut self.buf) };
+        self.packed = Some(v);
+        Some(self.buf.as_ptr())
+    }
+}
+
+/// The task grid: rows per block and micro-panels per column block.
+fn grid<T: GemmElem>(geo: &Geo) -> (usize, usize) {
+    let (mr, nr) = (T::kernel().mr, T::kernel().nr);
+    let size = std::mem::size_of::<T>();
+    let rb = if geo.rows * geo.k * size <= 2 * A_BLOCK_BYTES {
+        geo.rows.max(1)
+    } else {
+        (A_BLOCK_BYTES / (geo.k.max(1) * size) / mr).max(1) * mr
+    };
+    let (row_blocks, tiles) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr));
+    let mut cw = 4;
+    while geo.groups * row_blocks * tiles.div_ceil(cw) > MAX_TASKS && cw < tiles {
+        cw *= 2;
+    }
+    (rb, cw)
+}
+
+fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
+    let mut caches: Vec<Packed<T>> =
+        (0..geo.groups).map(|_| Packed { buf: vec![], packed: None, seen: None }).collect();
+    let (rb, cw) = grid::<T>(&geo);
+    let nr = T::kernel().nr;
+    let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
+    let per_group = row_blocks * col_blocks;
+    // One epilogue scratch per concurrent caller (pool threads and the caller).
+    let width = prog.as_ref().map_or(0, |p| p.program.len() * CHUNK);
+    let scratch: Vec<Mutex<Vec<T>>> =
+        (0..threads::num_threads() + 1).map(|_| Mutex::new(vec![T::from_f64(0.0); width])).collect();
+    let mut packed: Vec<Option<usize>> = vec![None; geo.groups];
+    let mut ins: Vec<(usize, usize)> = Vec::with_capacity(1 + geo.groups * (1 + geo.extras));
+    Box::new(move |b: &Bufs<'_>| {
+        let Geo { groups, rows, k, n, sb, extras } = geo;
+        for (g, c) in caches.iter_mut().enumerate() {
+            packed[g] = c.get(b.input_version(1 + g), &geo, b.input::<T>(1 + g)).map(|p| p as usize);
+        }
+        // Inputs as (address, length), so the task closure is Sync.
+        ins.clear();
+        ins.extend((0..b.num_inputs()).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
+        let out = b.output::<T>();
+        assert!(out.len() == groups * rows * n, "stacked_matmul output has the planned size");
+        let optr = out.as_mut_ptr() as usize;
+        let (ins, packed) = (&ins, &packed);
+        let task = |t: usize| {
+            let (g, r) = (t / per_group, t % per_group);
+            let (i0, j0) = ((r / col_blocks) * rb, (r % col_blocks) * cw * nr);
+            let (m, w) = (rb.min(rows - i0), (cw * nr).min(n - j0));
+            let a = MatRef { ptr: (ins[0].0 as *const T).wrapping_add(i0 * k), rs: k as isize, cs: 1 };
+            let bv = MatRef {
+                ptr: (ins[1 + g].0 as *const T).wrapping_add(j0 * sb.1),
+                rs: sb.0 as isize,
+                cs: sb.1 as isize,
+            };
+            // A packed weight's panels for columns j0.. start at panel j0 / nr (j0 is a multiple).
+            let bs = packed[g].map_or(BSrc::View(bv), |p| BSrc::Packed(bv, (p as *const T).wrapping_add(j0 * k)));
+            let base = g * rows * n;
+            let c = MatMut { ptr: (optr as *mut T).wrapping_add(base + i0 * n + j0), rs: n as isize };
+            let epi = |bi: usize, br: usize, bj: usize, bw: usize| {
+                let Some(prog) = &prog else { return };
+                let mut regs = scratch.iter().find_map(|m| m.try_lock().ok()).expect("a free epilogue scratch");
+                let first = 1 + groups + g * extras;
+                for i in i0 + bi..i0 + bi + br {
+                    // Flat index within this group's output, and its run of columns.
+                    let (s0, len) = (i * n + j0 + bj, bw);
+                    let mut s = s0;
+                    while s < s0 + len {
+                        let e = (s + CHUNK).min(s0 + len);
+                        // SAFETY: `s..e` is a finished run of this group's output, touched only
+                        // by this task.
+                        let o = unsafe { std::slice::from_raw_parts_mut((optr as *mut T).add(base + s), e - s) };
+                        let res = prog.eval(&mut regs, s, e - s, |buf, src, r| match buf {
+                            Buf::Out => r.copy_from_slice(o),
+                            Buf::In(x) => {
+                                let (p, l) = ins[first + x];
+                                // SAFETY: a live input of the step, disjoint from the output.
+                                fill(src, unsafe { std::slice::from_raw_parts(p as *const T, l) }, r, s);
+                            }
+                        });
+                        o.copy_from_slice(res);
+                        s = e;
+                    }
+                }
+            };
+            let epi_ref: Option<crate::gemm::Epilogue<'_>> = prog.as_ref().map(|_| &epi as _);
+            // SAFETY: the task's views lie inside x, weight g and group g's output block, which
+            // no other task writes; a packed weight was packed from this same weight. Run from
+            // a pool task, the GEMM stays on this thread.
+            unsafe { gemm_src(m, w, k, a, bs, c, epi_ref) };
+        };
+        let tasks = groups * per_group;
+        let flops = 2.0 * (groups * rows * n) as f64 * k as f64;
+        if flops < 2.0e5 {
+            (0..tasks).for_each(task);
+        } else {
+            threads::parallel_for(tasks, &task);
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_covers_the_output_with_bounded_tasks() {
+        for &(groups, rows, k, n) in &[(3, 128, 384, 384), (3, 1024, 384, 384), (2, 1, 896, 4864), (3, 7, 5, 17)] {
+            let geo = Geo { groups, rows, k, n, sb: (n, 1), extras: 0 };
+            let (rb, cw) = grid::<f32>(&geo);
+            let nr = f32::kernel().nr;
+            let tasks = groups * rows.div_ceil(rb) * n.div_ceil(nr).div_ceil(cw);
+            assert!(rb >= 1 && cw >= 1, "{rb} {cw}");
+            assert!(
+                tasks <= MAX_TASKS || cw >= n.div_ceil(nr),
+                "{tasks} tasks for {geo:?}",
+                geo = (groups, rows, k, n)
+            );
+            assert!(rows.div_ceil(rb) * rb >= rows && n.div_ceil(nr).div_ceil(cw) * cw * nr >= n);
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! A/B of sibling matmul merging (`stacked_matmul`) on the CPU in one process: the MiniLM-shaped
+//! encoder (1 x 128) and a Qwen3-style decoder layer (prefill 128, decode 1), compiled with and
+//! without the merge, run alternately; prints node counts, kernel steps and medians.
+//!
+//! `cargo run --release -p rlx-opt --example merge_ab [runs] [rounds]`
+
+use rlx_driver::{Backend, Executable};
+use rlx_ir::ops::util::rand_f64;
+use rlx_ir::{DType, Graph, HostTensor, Op, OpTraits, Result};
+use rlx_opt::{FusionKind, PipelineOptions, compile_with, zoo};
+use std::time::Instant;
+
+/// Feeds every input and param with seeded values (the same for both graphs).
+fn prepare(exe: &mut dyn Executable, g: &Graph) -> Result<Vec<Vec<u8>>> {
+    let (mut inputs, mut pi) = (vec![], 0);
+    for n in g.nodes() {
+        let (shape, is_param, name) = match &n.op {
+            Op::Input(x) => (&x.shape, false, &x.name),
+            Op::Param(x) => (&x.shape, true, &x.name),
+            _ => continue,
+        };
+        let d = shape.fixed_dims().unwrap_or_default();
+        let len: usize = d.iter().product();
+        let t = if shape.dtype == DType::I64 {
+            HostTensor::from_i64(&d, DType::I64, &(0..len as i64).collect::<Vec<_>>())?
+        } else {
+            let seed = name.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+            HostTensor::from_f64(&d, shape.dtype, &rand_f64(len, -0.1, 0.1, seed))?
+        };
+        if is_param {
+            exe.set_param(pi, &t.to_bytes())?;
+            pi += 1;
+        } else {
+            inputs.push(t.to_bytes());
+        }
+    }
+    Ok(inputs)
+}
+
+/// Median ms of `runs` runs (after two warm-up runs, which also pack the weights).
+fn median_ms(exe: &mut dyn Executable, inputs: &[Vec<u8>], out: &mut [Vec<u8>], runs: usize) -> Result<f64> {
+    let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let mut times = vec![];
+    for i in 0..runs + 2 {
+        let mut outs: Vec<&mut [u8]> = out.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let t = Instant::now();
+        exe.run(&refs, &mut outs)?;
+        if i >= 2 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Nodes that run a kernel (not leaves, not views).
+fn steps(g: &Graph) -> usize {
+    let plan = rlx_opt::plan(g, &rlx_opt::memory::fused_in_place).map(|p| p.slots);
+    let views = plan.map(|s| s.iter().filter(|s| matches!(s.kind, rlx_opt::SlotKind::View(_))).count()).unwrap_or(0);
+    g.nodes().iter().filter(|n| !n.op.def().traits().contains(OpTraits::LEAF) && !n.inputs.is_empty()).count() - views
+}
+
+fn ab(g: Graph, runs: usize, rounds: usize) -> Result<()> {
+    let cpu = rlx_cpu::CpuBackend::new();
+    let on = PipelineOptions::default();
+    let off = PipelineOptions { merge_matmuls: false, ..on };
+    let (ga, ra) = compile_with(g.clone(), &cpu, off)?;
+    let (gb, rb) = compile_with(g.clone(), &cpu, on)?;
+    let (mut a, mut b) = (cpu.compile(&ga)?, cpu.compile(&gb)?);
+    let (ia, ib) = (prepare(a.as_mut(), &ga)?, prepare(b.as_mut(), &gb)?);
+    let outs = |g: &Graph| -> Vec<Vec<u8>> {
+        g.outputs().iter().map(|&o| vec![0u8; g.shape(o).and_then(|s| s.size_bytes()).unwrap_or(0)]).collect()
+    };
+    let (mut oa, mut ob) = (outs(&ga), outs(&gb));
+    let (mut ta, mut tb) = (vec![], vec![]);
+    for _ in 0..rounds {
+        ta.push(median_ms(a.as_mut(), &ia, &mut oa, runs)?);
+        tb.push(median_ms(b.as_mut(), &ib, &mut ob, runs)?);
+    }
+    ta.sort_by(f64::total_cmp);
+    tb.sort_by(f64::total_cmp);
+    let diff = oa
+        .concat()
+        .chunks_exact(4)
+        .zip(ob.concat().chunks_exact(4))
+        .map(|(x, y)| {
+            let f = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            (f(x) - f(y)).abs()
+        })
+        .fold(0.0f32, f32::max);
+    let (ma, mb) = (ta[rounds / 2], tb[rounds / 2]);
+    println!("{}:", g.name());
+    println!("  nodes {} -> {}, kernel steps {} -> {}", ga.len(), gb.len(), steps(&ga), steps(&gb));
+    println!(
+        "  stacked matmuls: {}; arena {} -> {} bytes",
+        rb.fusion.count(FusionKind::StackedMatMul),
+        ra.memory.arena_bytes,
+        rb.memory.arena_bytes
+    );
+    println!(
+        "  cpu median of {rounds} rounds (each a median of {runs} runs): {ma:.3} ms without merge, {mb:.3} ms with (ratio {:.3}x); max |diff| {diff:.2e}",
+        ma / mb
+    );
+    println!("  rounds without: {ta:.3?}\n  rounds with:    {tb:.3?}");
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (runs, rounds) = (arg(1, 20), arg(2, 7));
+    ab(zoo::bert_encoder(128, 384, 12, 1536, 6), runs, rounds)?;
+    ab(zoo::qwen3_decoder(128, 1024, 16, 8, 128, 3072), runs.div_ceil(4), rounds)?;
+    ab(zoo::qwen3_decoder(1, 1024, 16, 8, 128, 3072), runs, rounds)?;
+    Ok(())
+}
