@@ -129,8 +129,44 @@ fn fused_norm_prologue() {
     assert_eq!(allocs_during_run(&g, &params, &[xs.unwrap(), rs.unwrap()]), 0);
 }
 
+/// Q/K/V as one stacked matmul over param weights, on enough rows to use the pool.
+fn stacked_matmul_of_params() {
+    let (m, k, n) = (128, 64, 48);
+    let mut g = Graph::new("stacked");
+    let x = g.input("x", Shape::new(&[m, k], DType::F32));
+    let ws: Vec<_> = (0..3).map(|i| g.param(&format!("w{i}"), Shape::new(&[k, n], DType::F32))).collect();
+    let y = g.stacked_matmul(x, &ws, false);
+    g.set_outputs(vec![y]);
+    let w = |c: f32| HostTensor::from_f32(&[k, n], &(0..k * n).map(|i| (i as f32 * c).sin()).collect::<Vec<_>>());
+    let params = [w(0.1).unwrap(), w(0.2).unwrap(), w(0.3).unwrap()];
+    let xs = HostTensor::from_f32(&[m, k], &vec![0.25; m * k]).unwrap();
+    assert_eq!(allocs_during_run(&g, &params, &[xs]), 0);
+}
+
+/// The fused softmax cross-entropy loss and a reduction with an elementwise prologue.
+fn cross_entropy_and_fused_reduce() {
+    use rlx_ir::ops::{BinaryKind, Fused, FusedReduce, Instr, Reduce, ReduceKind};
+    let (rows, classes) = (256, 65);
+    let mut g = Graph::new("loss");
+    let x = g.input("x", Shape::new(&[rows, classes], DType::F32));
+    let labels = g.input("labels", Shape::new(&[rows], DType::I64));
+    let loss = g.softmax_cross_entropy(x, labels);
+    let prologue = Fused { program: vec![Instr::Input(0), Instr::Binary(BinaryKind::Mul, 0, 0)] };
+    let reduce = Reduce { kind: ReduceKind::Mean, axes: vec![-1], keep_dims: false };
+    let ms = g.add_node(FusedReduce { prologue, reduce }, &[x]);
+    g.set_outputs(vec![loss, ms]);
+    let xs = HostTensor::from_f32(
+        &[rows, classes],
+        &(0..rows * classes).map(|i| (i as f32 * 0.1).sin()).collect::<Vec<_>>(),
+    );
+    let ys = HostTensor::from_i64(&[rows], DType::I64, &(0..rows as i64).map(|i| i % 65).collect::<Vec<_>>());
+    assert_eq!(allocs_during_run(&g, &[], &[xs.unwrap(), ys.unwrap()]), 0);
+}
+
 #[test]
 fn warm_runs_allocate_nothing() {
+    stacked_matmul_of_params();
+    cross_entropy_and_fused_reduce();
     fused_norm_prologue();
     elementwise_reduce_softmax_gather_topk();
     small_matmul();
