@@ -36,6 +36,8 @@ impl LineServer {
     /// Sends one command and reads its JSON answer (an `error` field becomes Err).
     pub fn ask(&mut self, cmd: &str) -> Result<Value, String> {
         let name = self.name;
+        // In-process peers (candle's rayon pool) and RLX's own pool go quiet first, too.
+        settle();
         writeln!(self.stdin, "{cmd}").map_err(|e| format!("{name}: {e}"))?;
         self.stdin.flush().map_err(|e| format!("{name}: {e}"))?;
         let mut line = String::new();
@@ -44,11 +46,21 @@ impl LineServer {
             return Err(format!("the {name} exited (are its Python modules installed?)"));
         }
         let v: Value = serde_json::from_str(&line).map_err(|e| format!("{name} answer: {e}"))?;
+        settle();
         match v.get("error") {
             Some(e) => Err(e.as_str().unwrap_or("error").to_string()),
             None => Ok(v),
         }
     }
+}
+
+/// Waits for a peer's idle worker threads to stop spinning before anything else is timed:
+/// OpenBLAS spins ~2^28 cycles (~70 ms here) after a call, XLA's and ONNX Runtime's pools spin
+/// too, and on 2 cores that halved RLX's GFLOP/s timed right after. `RLX_BENCH_SETTLE_MS`
+/// (default 200) sets the wait.
+fn settle() {
+    let ms = std::env::var("RLX_BENCH_SETTLE_MS").ok().and_then(|s| s.parse().ok()).unwrap_or(200u64);
+    std::thread::sleep(std::time::Duration::from_millis(ms));
 }
 
 impl Drop for LineServer {
