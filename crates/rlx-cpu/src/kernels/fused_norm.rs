@@ -4,12 +4,12 @@
 
 use super::math::{Compute, Real, SharedMut, avx2_fma};
 use super::nn::norm_simd;
+use super::rows::{RowSrc, region_row, row_src};
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
 use crate::with_float;
 use rlx_driver::KernelTable;
-use rlx_ir::ops::util::broadcast_index_map;
 use rlx_ir::ops::{Instr, NormKind};
 use rlx_ir::{Op, OpKind, Result};
 use std::sync::Mutex;
@@ -18,38 +18,12 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::FusedNorm, FLOATS, fused_norm);
 }
 
-/// How a prologue input lines up with one row of the output.
-enum RowSrc {
-    /// Same element order: row r is elements `r*n..(r+1)*n`.
-    Same,
-    /// One element for the whole tensor.
-    Splat,
-    /// A `[n]` vector (bias): the same for every row.
-    Vector,
-    /// Any other broadcast: the input element of each output element.
-    Map(Vec<u32>),
-}
-
-fn row_src(od: &[usize], d: &[usize], n: usize) -> RowSrc {
-    let (total, c) = (od.iter().product::<usize>(), d.iter().product::<usize>());
-    let lead = d.iter().position(|&x| x != 1).unwrap_or(d.len());
-    if c == total {
-        RowSrc::Same
-    } else if c == 1 {
-        RowSrc::Splat
-    } else if d[lead..] == [n] {
-        RowSrc::Vector
-    } else {
-        RowSrc::Map(broadcast_index_map(od, d).into_iter().map(|x| x as u32).collect())
-    }
-}
-
 fn fused_norm(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let Op::FusedNorm(f) = ctx.op else { return Err(unsupported(ctx)) };
     let od = ctx.out_dims();
     let n = *od.last().ok_or_else(|| unsupported(ctx))?;
     let k = f.prologue_inputs();
-    let srcs: Vec<RowSrc> = (0..k).map(|i| row_src(&od, &ctx.in_dims(i), n)).collect();
+    let srcs: Vec<RowSrc> = (0..k).map(|i| row_src(&od, &ctx.in_dims(i), 1)).collect();
     let rows = od.iter().product::<usize>().checked_div(n).unwrap_or(0);
     let layer = f.norm == NormKind::LayerNorm;
     let p = Plan { program: f.prologue.program.clone(), srcs, rows, n, eps: f.eps, layer };
@@ -107,7 +81,7 @@ fn build<T: Compute>(p: Plan) -> Kernel {
             // runs in place, so nothing writes them meanwhile.
             let input = |i: usize| unsafe { std::slice::from_raw_parts(addrs[i].0 as *const T, addrs[i].1) };
             for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
-                prologue_row(&program, &consts, &srcs, &input, regs, r, n);
+                region_row(&program, &consts, &srcs, &input, regs, r, n);
                 for (c, &v) in row.iter_mut().zip(&regs[last * n..]) {
                     *c = v.load();
                 }
@@ -121,41 +95,4 @@ fn build<T: Compute>(p: Plan) -> Kernel {
         });
         Ok(())
     })
-}
-
-/// Runs the prologue over row `r`: register `j` holds instruction `j`'s row.
-fn prologue_row<'a, T: Compute>(
-    program: &[Instr],
-    consts: &[T],
-    srcs: &[RowSrc],
-    input: &dyn Fn(usize) -> &'a [T],
-    regs: &mut [T],
-    r: usize,
-    n: usize,
-) {
-    for (j, instr) in program.iter().enumerate() {
-        let (done, rest) = regs.split_at_mut(j * n);
-        let out = &mut rest[..n];
-        let reg = |a: usize| &done[a * n..(a + 1) * n];
-        match *instr {
-            Instr::Input(i) => match &srcs[i] {
-                RowSrc::Same => out.copy_from_slice(&input(i)[r * n..(r + 1) * n]),
-                RowSrc::Splat => out.fill(input(i)[0]),
-                RowSrc::Vector => out.copy_from_slice(&input(i)[..n]),
-                RowSrc::Map(m) => {
-                    let x = input(i);
-                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize])
-                }
-            },
-            Instr::Const(_) => out.fill(consts[j]),
-            // f32 runs the vectorized loops of vec32.rs; other dtypes evaluate the expression.
-            Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), out) => {
-                out.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
-            }
-            Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), out) => {
-                out.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
-            }
-            Instr::Unary(..) | Instr::Binary(..) => {}
-        }
-    }
 }

@@ -13,6 +13,7 @@ mod nn;
 pub mod profile;
 mod quant;
 mod reduce;
+mod rows;
 mod stacked_matmul;
 mod vec32;
 

@@ -2,6 +2,7 @@
 //! (`fused_reduce`). Floats accumulate in f64, ints in i64.
 
 use super::math::{Compute, SharedMut};
+use super::rows::{RowSrc, region_row, row_src};
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
@@ -9,7 +10,6 @@ use crate::threads::{num_threads, parallel_for};
 use crate::{with_float, with_int};
 use rlx_driver::KernelTable;
 use rlx_ir::ops::reduce::reduce_index_map;
-use rlx_ir::ops::util::broadcast_index_map;
 use rlx_ir::ops::util::unravel;
 use rlx_ir::ops::{Instr, ReduceKind};
 use rlx_ir::shape::{normalize_axes, normalize_axis};
@@ -186,37 +186,6 @@ fn reduce_row<T: FloatElem>(row: &[T], init: f64, combine: impl Fn(f64, f64) -> 
     acc
 }
 
-/// How a `fused_reduce` region input lines up with one row (the reduced trailing elements).
-enum RowSrc {
-    /// Same element order as the region: row r is elements `r*n..(r+1)*n`.
-    Same,
-    /// One element for the whole region.
-    Splat,
-    /// Varies only along the reduced axes (a bias `[n]`): the same slice for every row.
-    Vector,
-    /// Constant along the reduced axes (a per-row `[.., 1]` value): element r.
-    PerRow,
-    /// Any other broadcast: the input element of each region element.
-    Map(Vec<u32>),
-}
-
-fn row_src(od: &[usize], d: &[usize], k: usize) -> RowSrc {
-    let mut p = vec![1; od.len().saturating_sub(d.len())];
-    p.extend_from_slice(d);
-    let (lead, tail) = (od.len() - k, od.len());
-    if p == od {
-        RowSrc::Same
-    } else if p.iter().all(|&x| x == 1) {
-        RowSrc::Splat
-    } else if p[..lead].iter().all(|&x| x == 1) && p[lead..tail] == od[lead..] {
-        RowSrc::Vector
-    } else if p[lead..].iter().all(|&x| x == 1) && p[..lead] == od[..lead] {
-        RowSrc::PerRow
-    } else {
-        RowSrc::Map(broadcast_index_map(od, d).into_iter().map(|x| x as u32).collect())
-    }
-}
-
 /// `fused_reduce` over trailing axes: each task evaluates the region one row at a time into its
 /// registers (L1) and reduces the row there; nothing of the region is stored.
 fn fused_reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
@@ -299,42 +268,4 @@ fn fused_reduce_kernel<T: Compute>(
         });
         Ok(())
     })
-}
-
-/// Runs the region over row `r`: register `j` holds instruction `j`'s row.
-fn region_row<'a, T: Compute>(
-    program: &[Instr],
-    consts: &[T],
-    srcs: &[RowSrc],
-    input: &dyn Fn(usize) -> &'a [T],
-    regs: &mut [T],
-    r: usize,
-    n: usize,
-) {
-    for (j, instr) in program.iter().enumerate() {
-        let (done, rest) = regs.split_at_mut(j * n);
-        let out = &mut rest[..n];
-        let reg = |a: usize| &done[a * n..(a + 1) * n];
-        match *instr {
-            Instr::Input(i) => match &srcs[i] {
-                RowSrc::Same => out.copy_from_slice(&input(i)[r * n..(r + 1) * n]),
-                RowSrc::Splat => out.fill(input(i)[0]),
-                RowSrc::Vector => out.copy_from_slice(&input(i)[..n]),
-                RowSrc::PerRow => out.fill(input(i)[r]),
-                RowSrc::Map(m) => {
-                    let x = input(i);
-                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize])
-                }
-            },
-            Instr::Const(_) => out.fill(consts[j]),
-            // f32 runs the vectorized loops of vec32.rs; other dtypes evaluate the expression.
-            Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), out) => {
-                out.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
-            }
-            Instr::Binary(op, a, c) if !super::vec32::binary(op, reg(a), reg(c), out) => {
-                out.iter_mut().zip(reg(a).iter().zip(reg(c))).for_each(|(o, (&x, &y))| *o = op.eval(x, y))
-            }
-            Instr::Unary(..) | Instr::Binary(..) => {}
-        }
-    }
 }
