@@ -301,6 +301,34 @@ pub fn fuse_matmul_epilogues(
     emit_absorbing(g, &plan, count, kind, report)
 }
 
+/// Whether `op` over `ins` (replacing node `nd` and absorbing producer `x`) keeps `nd`'s type and
+/// runs natively on the backend; otherwise the reason goes in the report.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn admissible<O: rlx_ir::OpDef + Clone + Into<Op>>(
+    op: &O,
+    ins: &[NodeId],
+    nd: &Node,
+    nodes: &[Node],
+    x: usize,
+    kind: FusionKind,
+    supports: &dyn Fn(&Node, &[&Shape]) -> bool,
+    report: &mut FusionReport,
+) -> bool {
+    let name = nodes[x].op.def().name();
+    let tys: Vec<&Shape> = ins.iter().map(|i| &nodes[i.index()].ty).collect();
+    if op.infer(&tys).ok().as_ref() != Some(&nd.ty) {
+        report.reject(x, name, kind, Reason::TypeWouldChange);
+        return false;
+    }
+    let probe = Node { op: op.clone().into(), inputs: ins.to_vec(), ty: nd.ty.clone() };
+    if !supports(&probe, &tys) {
+        let what = format!("{} {} with {} inputs", op.name(), nd.ty, tys.len());
+        report.reject(x, name, kind, Reason::BackendLacksKernel(what));
+        return false;
+    }
+    true
+}
+
 /// Emits `g` with each planned node (key) replaced by its fused op on the given inputs and the
 /// node it absorbed dropped (mapped to the fused node), recording each fusion in the report;
 /// `count(absorbed, op)` is the number of ops the fusion folded in.

@@ -3,7 +3,7 @@
 //! residual add before a norm then runs row by row into the norm, and its buffer disappears.
 //! Other reductions have no prologue kernel yet; the report says so for each candidate.
 
-use crate::fuse::{as_program, candidate, emit_absorbing, op_count, use_counts};
+use crate::fuse::{admissible, as_program, candidate, emit_absorbing, op_count, use_counts};
 use crate::report::{FusionKind, FusionReport, Reason};
 use rlx_ir::ops::{Fused, FusedNorm, NormKind};
 use rlx_ir::{Graph, Node, NodeId, Op, OpTraits, Result, Shape};
@@ -53,15 +53,7 @@ pub fn fuse_norm_prologues(
         let op = FusedNorm { prologue: Fused { program }, norm, eps };
         let mut ins = xn.inputs.clone();
         ins.extend_from_slice(&nd.inputs[1..]);
-        let tys: Vec<&Shape> = ins.iter().map(|x| &nodes[x.index()].ty).collect();
-        if rlx_ir::OpDef::infer(&op, &tys).ok().as_ref() != Some(&nd.ty) {
-            report.reject(x.index(), xn.op.def().name(), kind, Reason::TypeWouldChange);
-            continue;
-        }
-        let probe = Node { op: Op::FusedNorm(op.clone()), inputs: ins.clone(), ty: nd.ty.clone() };
-        if !supports(&probe, &tys) {
-            let what = format!("fused_norm {} with {} inputs", nd.ty, tys.len());
-            report.reject(x.index(), xn.op.def().name(), kind, Reason::BackendLacksKernel(what));
+        if !admissible(&op, &ins, nd, nodes, x.index(), kind, supports, report) {
             continue;
         }
         plan.insert(i, (x.index(), op, ins));

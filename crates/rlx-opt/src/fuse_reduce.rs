@@ -3,7 +3,7 @@
 //! (`mean(x * x)`, `sum(exp(x - m))`): the region is evaluated inline while reducing and its
 //! buffer disappears. Reductions over trailing axes (rows) fuse; the report says why others not.
 
-use crate::fuse::{as_program, candidate, emit_absorbing, op_count, use_counts};
+use crate::fuse::{admissible, as_program, candidate, emit_absorbing, op_count, use_counts};
 use crate::report::{FusionKind, FusionReport, Reason};
 use rlx_ir::ops::{Fused, FusedReduce};
 use rlx_ir::shape::normalize_axes;
@@ -50,15 +50,7 @@ pub fn fuse_reduce_prologues(
         let Some(program) = as_program(xn) else { continue };
         let op = FusedReduce { prologue: Fused { program }, reduce: r.clone() };
         let ins = xn.inputs.clone();
-        let tys: Vec<&Shape> = ins.iter().map(|x| &nodes[x.index()].ty).collect();
-        if rlx_ir::OpDef::infer(&op, &tys).ok().as_ref() != Some(&nd.ty) {
-            report.reject(x.index(), name, kind, Reason::TypeWouldChange);
-            continue;
-        }
-        let probe = Node { op: Op::FusedReduce(op.clone()), inputs: ins.clone(), ty: nd.ty.clone() };
-        if !supports(&probe, &tys) {
-            let what = format!("fused_reduce {} with {} inputs", nd.ty, tys.len());
-            report.reject(x.index(), name, kind, Reason::BackendLacksKernel(what));
+        if !admissible(&op, &ins, nd, nodes, x.index(), kind, supports, report) {
             continue;
         }
         plan.insert(i, (x.index(), op, ins));

@@ -217,6 +217,14 @@ struct Scratch<C> {
     l: Vec<C>,
 }
 
+impl<C: Real> Scratch<C> {
+    /// Zeroed buffers for one work item of `g`.
+    fn new(g: &Geo) -> Self {
+        let z = |n: usize| vec![C::ZERO; n];
+        Scratch { q: z(BQ * g.d), p: z(BQ * BK), o: z(BQ * g.dv), m: z(BQ), l: z(BQ) }
+    }
+}
+
 /// A whole input in the compute type: borrowed when the storage is the compute type, else
 /// converted into `buf` (sized at build time).
 fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
@@ -231,17 +239,7 @@ fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
 }
 
 fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
-    let slots: Vec<Mutex<Scratch<T::C>>> = (0..num_threads())
-        .map(|_| {
-            Mutex::new(Scratch {
-                q: vec![T::C::ZERO; BQ * g.d],
-                p: vec![T::C::ZERO; BQ * BK],
-                o: vec![T::C::ZERO; BQ * g.dv],
-                m: vec![T::C::ZERO; BQ],
-                l: vec![T::C::ZERO; BQ],
-            })
-        })
-        .collect();
+    let slots: Vec<Mutex<Scratch<T::C>>> = (0..num_threads()).map(|_| Mutex::new(Scratch::new(&g))).collect();
     let convert = std::mem::size_of::<T>() != std::mem::size_of::<T::C>();
     let size = |n: usize| if convert { n } else { 0 };
     let (nq, nk, nv) = (g.b * g.h * g.s * g.d, g.b * g.kvh * g.t * g.d, g.b * g.kvh * g.t * g.dv);
@@ -334,13 +332,7 @@ fn item_with_new_scratch<T: Compute>(
     out: SharedMut<T>,
     item: usize,
 ) {
-    let mut sc = Scratch {
-        q: vec![T::C::ZERO; BQ * g.d],
-        p: vec![T::C::ZERO; BQ * BK],
-        o: vec![T::C::ZERO; BQ * g.dv],
-        m: vec![T::C::ZERO; BQ],
-        l: vec![T::C::ZERO; BQ],
-    };
+    let mut sc = Scratch::new(g);
     run_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, &mut sc);
 }
 

@@ -74,9 +74,9 @@ fn matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 
 /// The f16/bf16 kernel: f32 sums, one rounding per output; a param B is packed (widened) once.
 fn half_kernel<H: HalfElem + bytemuck::Pod>(geo: Geometry) -> Kernel {
-    let mut cache = HalfBCache::default();
+    let mut cache = BCache::<f32>::default();
     Box::new(move |b: &Bufs<'_>| {
-        let pb = cache.get(b.input_version(1), &geo, b.input::<H>(1));
+        let pb = cache.get_half(b.input_version(1), &geo, b.input::<H>(1));
         half_packed::<H>(&geo, b.input::<H>(0), b.input::<H>(1), b.output::<H>(), pb);
         Ok(())
     })
@@ -110,39 +110,6 @@ fn half_packed<H: HalfElem>(geo: &Geometry, x: &[H], y: &[H], z: &mut [H], packe
     }
 }
 
-/// B widened and packed ahead of time when it is a param, on the same schedule as `BCache`.
-#[derive(Default)]
-struct HalfBCache {
-    buf: Vec<f32>,
-    packed: Option<u64>,
-    seen: Option<u64>,
-}
-
-impl HalfBCache {
-    /// The packed B for this run, if it is cached (or worth caching now).
-    fn get<H: HalfElem>(&mut self, version: Option<u64>, geo: &Geometry, y: &[H]) -> Option<*const f32> {
-        let v = version?;
-        if geo.m < 4 || geo.batches.iter().any(|&(_, pb)| pb != 0) {
-            return None;
-        }
-        if self.packed == Some(v) {
-            return Some(self.buf.as_ptr());
-        }
-        let (k, n) = (geo.k, geo.n);
-        if self.seen != Some(v) {
-            self.seen = Some(v);
-            self.packed = None;
-            self.buf.resize(half::packed_b_len(k, n), 0.0);
-            return None;
-        }
-        let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
-        // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
-        unsafe { half::pack_b_full(k, n, view, &mut self.buf) };
-        self.packed = Some(v);
-        Some(self.buf.as_ptr())
-    }
-}
-
 /// A callback on a finished run of output elements: `(first flat index, count)`.
 pub(super) type FlatEpilogue<'a> = &'a (dyn Fn(usize, usize) + Sync);
 
@@ -156,9 +123,16 @@ pub(super) struct BCache<T> {
     seen: Option<u64>,
 }
 
-impl<T: GemmElem> BCache<T> {
-    /// The packed B for this run, if it is cached (or worth caching now).
-    pub(super) fn get(&mut self, version: Option<u64>, geo: &Geometry, y: &[T]) -> Option<*const T> {
+impl<P: Copy + Default> BCache<P> {
+    /// The packed B for this run, if it is cached (or worth caching now): `len` elements that
+    /// `pack` fills from the param.
+    fn get_with(
+        &mut self,
+        version: Option<u64>,
+        geo: &Geometry,
+        len: usize,
+        pack: impl FnOnce(&mut [P]),
+    ) -> Option<*const P> {
         let v = version?;
         // Matrix-vector products stream B instead; one B shared by every batch only.
         if geo.m < 4 || geo.batches.iter().any(|&(_, pb)| pb != 0) {
@@ -167,18 +141,35 @@ impl<T: GemmElem> BCache<T> {
         if self.packed == Some(v) {
             return Some(self.buf.as_ptr());
         }
-        let (k, n) = (geo.k, geo.n);
         if self.seen != Some(v) {
             self.seen = Some(v);
             self.packed = None;
-            self.buf.resize(packed_b_len::<T>(k, n), T::default());
+            self.buf.resize(len, P::default());
             return None;
         }
-        let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
-        // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
-        unsafe { pack_b_full(k, n, view, &mut self.buf) };
+        pack(&mut self.buf);
         self.packed = Some(v);
         Some(self.buf.as_ptr())
+    }
+}
+
+impl<T: GemmElem> BCache<T> {
+    /// The packed B for this run, if it is cached (or worth caching now).
+    pub(super) fn get(&mut self, version: Option<u64>, geo: &Geometry, y: &[T]) -> Option<*const T> {
+        let (k, n) = (geo.k, geo.n);
+        let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
+        // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
+        self.get_with(version, geo, packed_b_len::<T>(k, n), |buf| unsafe { pack_b_full(k, n, view, buf) })
+    }
+}
+
+impl BCache<f32> {
+    /// The widened, packed B of an f16/bf16 param, on the same schedule.
+    fn get_half<H: HalfElem>(&mut self, version: Option<u64>, geo: &Geometry, y: &[H]) -> Option<*const f32> {
+        let (k, n) = (geo.k, geo.n);
+        let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
+        // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
+        self.get_with(version, geo, half::packed_b_len(k, n), |buf| unsafe { half::pack_b_full(k, n, view, buf) })
     }
 }
 
