@@ -62,7 +62,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..3, node(), prop::collection::vec(-4i64..4, 0..3), any::<bool>())
             .prop_map(|(k, x, a, keep)| Step::Reduce(k, x, a, keep)),
         1 => (node(), -3i64..3).prop_map(|(x, a)| Step::Softmax(x, a)),
-        1 => (node(), prop::collection::vec(any::<u8>(), 4)).prop_map(|(x, k)| Step::Transpose(x, k)),
+        1 => (node(), prop::collection::vec(any::<u8>(), 6)).prop_map(|(x, k)| Step::Transpose(x, k)),
         1 => (node(), 0usize..=4, prop::collection::vec(0usize..4, 1..6)).prop_map(|(x, r, d)| Step::Reshape(x, r, d)),
         1 => (node(), -2i64..2).prop_map(|(x, a)| Step::ExpandDims(x, a)),
         1 => (node(), node(), any::<bool>()).prop_map(|(a, b, s)| Step::MatMul(a, b, s)),
@@ -118,7 +118,8 @@ fn apply(g: &mut Graph, s: &Step) {
         Step::Transpose(x, keys) => {
             let x = pick(*x);
             let mut perm: Vec<usize> = (0..rank(&h, x)).collect();
-            perm.sort_by_key(|&i| (keys[i], i));
+            // Axes past the generated keys (expand_dims can raise the rank) keep their order last.
+            perm.sort_by_key(|&i| (keys.get(i).copied().unwrap_or(u8::MAX), i));
             h.transpose(x, &perm);
         }
         Step::Reshape(x, r, deal) => {
