@@ -151,9 +151,14 @@ pub fn compare(batch: usize, seq: usize, rounds: usize, py: &mut Option<PyPeers>
     let mut cos_j = f64::NAN;
     for round in 0..rounds {
         pp.push(pingpong_ns());
+        // Each runtime gets one untimed call per round before its timed ones, as the Python peers'
+        // `timed()` does: the first call after the idle `settle()` pays for waking threads and
+        // refilling caches that the other runtimes evicted.
+        rlx.run()?;
         for _ in 0..reps {
             t_r.time(|| rlx.run().map(|_| ()))?;
         }
+        cand.run()?;
         for _ in 0..reps {
             t_c.time(|| cand.run().map(|_| ()))?;
         }
@@ -169,6 +174,12 @@ pub fn compare(batch: usize, seq: usize, rounds: usize, py: &mut Option<PyPeers>
                 t_o.extend(PyPeers::ms(&p.ask(&format!("ort_minilm {path} {dir_s} {batch} {seq} {reps}"))?));
             }
         }
+    }
+    if std::env::var("RLX_BENCH_VERBOSE").is_ok_and(|v| v == "1") {
+        // Every timed run, in order (rounds of `reps`), to see warm-up and interference effects.
+        let show = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" ");
+        println!("runs RLX: {}\nruns candle: {}", show(&t_r.ms), show(&t_c.ms));
+        println!("runs JAX: {}\nruns ORT: {}", show(&t_j), show(&t_o));
     }
     let r = t_r.median_ms();
     let line = |name: &str, v: f64| {

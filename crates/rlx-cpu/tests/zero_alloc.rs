@@ -146,6 +146,30 @@ fn stacked_matmul_of_params() {
     assert_eq!(allocs_during_run(&g, &params, &[xs]), 0);
 }
 
+/// SwiGLU as one combining stacked matmul over param weights: prefill rows (pool tasks with
+/// tiles) and a decode row.
+fn combined_swiglu_of_params() {
+    use rlx_ir::ops::{BinaryKind, Fused, Instr, StackedMatMul, UnaryKind};
+    let (k, n) = (64, 80);
+    for m in [96, 1] {
+        let mut g = Graph::new("swiglu");
+        let x = g.input("x", Shape::new(&[m, k], DType::F32));
+        let ws: Vec<_> = (0..2).map(|i| g.param(&format!("w{i}"), Shape::new(&[n, k], DType::F32))).collect();
+        let program = vec![
+            Instr::Input(0),
+            Instr::Unary(UnaryKind::Silu, 0),
+            Instr::Input(1),
+            Instr::Binary(BinaryKind::Mul, 1, 2),
+        ];
+        let op = StackedMatMul { groups: 2, transpose_b: true, epilogue: Some(Fused { program }), combine: true };
+        let y = g.add_node(op, &[x, ws[0], ws[1]]);
+        g.set_outputs(vec![y]);
+        let w = |c: f32| HostTensor::from_f32(&[n, k], &(0..k * n).map(|i| (i as f32 * c).sin()).collect::<Vec<_>>());
+        let xs = HostTensor::from_f32(&[m, k], &vec![0.25; m * k]).unwrap();
+        assert_eq!(allocs_during_run(&g, &[w(0.1).unwrap(), w(0.2).unwrap()], &[xs]), 0, "{m} rows");
+    }
+}
+
 /// The fused softmax cross-entropy loss and a reduction with an elementwise prologue.
 fn cross_entropy_and_fused_reduce() {
     use rlx_ir::ops::{BinaryKind, Fused, FusedReduce, Instr, Reduce, ReduceKind};
@@ -190,10 +214,60 @@ fn half_matmuls() {
     }
 }
 
+/// The f16/bf16 kernels that compute in f32 (stack chunks, scratch made at build time): casts,
+/// unary and broadcast binary ops, a fused region, a fused matmul epilogue on the GEMM's tiles,
+/// a fused reduction and norm, and a column sum.
+fn half_elementwise_fused_and_reductions() {
+    use rlx_ir::ops::{
+        BinaryKind, Fused, FusedMatMul, FusedNorm, FusedReduce, Instr, MatMul, NormKind, Reduce, ReduceKind, UnaryKind,
+    };
+    for dt in [DType::F16, DType::BF16] {
+        let (m, k, n) = (96, 64, 200);
+        let mut g = Graph::new("half-ew");
+        let x32 = g.input("x", Shape::new(&[m, k], DType::F32));
+        let w = g.param("w", Shape::new(&[k, n], dt));
+        let bias = g.param("bias", Shape::new(&[n], dt));
+        let x = g.cast(x32, dt);
+        let epi = Fused {
+            program: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Binary(BinaryKind::Add, 0, 1),
+                Instr::Unary(UnaryKind::GeluTanh, 2),
+            ],
+        };
+        let h = g.add_node(FusedMatMul { matmul: MatMul::default(), epilogue: epi }, &[x, w, bias]);
+        let e = g.unary(UnaryKind::Exp, h);
+        let s = g.binary(BinaryKind::Mul, e, bias);
+        let region = Fused {
+            program: vec![
+                Instr::Input(0),
+                Instr::Input(1),
+                Instr::Binary(BinaryKind::Sub, 0, 1),
+                Instr::Unary(UnaryKind::Silu, 2),
+            ],
+        };
+        let f = g.add_node(region.clone(), &[s, h]);
+        let red = Reduce { kind: ReduceKind::Sum, axes: vec![-1], keep_dims: true };
+        let fr = g.add_node(FusedReduce { prologue: region.clone(), reduce: red }, &[f, h]);
+        let fnorm = g.add_node(FusedNorm { prologue: region, norm: NormKind::RmsNorm, eps: 1e-5 }, &[f, h, bias]);
+        let col = g.sum(f, &[0], false);
+        let out = g.cast(f, DType::F32);
+        g.set_outputs(vec![out, fr, fnorm, col]);
+        let t = |d: &[usize], dt: DType| {
+            let v: Vec<f64> = (0..d.iter().product()).map(|i| ((i * 7 % 13) as f64 - 6.0) / 8.0).collect();
+            HostTensor::from_f64(d, dt, &v).unwrap()
+        };
+        assert_eq!(allocs_during_run(&g, &[t(&[k, n], dt), t(&[n], dt)], &[t(&[m, k], DType::F32)]), 0, "{dt}");
+    }
+}
+
 #[test]
 fn warm_runs_allocate_nothing() {
+    half_elementwise_fused_and_reductions();
     half_matmuls();
     stacked_matmul_of_params();
+    combined_swiglu_of_params();
     cross_entropy_and_fused_reduce();
     fused_norm_prologue();
     elementwise_reduce_softmax_gather_topk();

@@ -68,7 +68,8 @@ pub fn legalize(g: &Graph, backend: &dyn Backend) -> Result<(Graph, DispatchRepo
             entry.native += 1;
         } else {
             let tys: Vec<String> = ins.iter().map(|s| s.to_string()).collect();
-            entry.missing.push(format!("{} <- ({})", n.ty, tys.join(", ")));
+            let why = backend.missing_reason(n, &ins).map(|r| format!(": {r}")).unwrap_or_default();
+            entry.missing.push(format!("{} <- ({}){why}", n.ty, tys.join(", ")));
         }
     }
     if !report.is_complete() {
@@ -122,4 +123,44 @@ fn legalize_once(g: &Graph, backend: &dyn Backend, report: &mut DispatchReport) 
     }
     out.set_outputs(g.outputs().iter().map(|o| map[o.index()]).collect());
     Ok((out, changed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Executable;
+    use rlx_ir::{DType, Node};
+
+    /// Runs only f32 nodes; says why for the rest.
+    struct F32Only;
+
+    impl Backend for F32Only {
+        fn name(&self) -> &'static str {
+            "f32-only"
+        }
+        fn supports(&self, node: &Node, _: &[&Shape]) -> bool {
+            node.ty.dtype == DType::F32
+        }
+        fn missing_reason(&self, node: &Node, _: &[&Shape]) -> Option<String> {
+            Some(format!("device lacks {}", node.ty.dtype))
+        }
+        fn compile(&self, _: &Graph) -> Result<Box<dyn Executable>> {
+            Err(Error::eval("compile", "not in this test"))
+        }
+    }
+
+    #[test]
+    fn missing_nodes_carry_the_backends_reason() {
+        let mut g = Graph::new("t");
+        let x = g.input("x", Shape::new(&[3], DType::F16));
+        let y = g.exp(x);
+        g.set_outputs(vec![y]);
+        match legalize(&g, &F32Only) {
+            Err(Error::Unsupported { missing, report, .. }) => {
+                assert_eq!(missing, "`exp` f16[3] <- (f16[3]): device lacks f16");
+                assert!(report.contains("missing: exp f16[3] <- (f16[3]): device lacks f16"), "{report}");
+            }
+            other => panic!("expected Unsupported, got {:?}", other.map(|_| ())),
+        }
+    }
 }

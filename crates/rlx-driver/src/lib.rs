@@ -27,6 +27,14 @@ pub trait Backend: Send + Sync {
     /// Whether a native kernel exists for this node with these input types.
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool;
 
+    /// Why this node has no native kernel, when the reason is a device capability or limit
+    /// (`adapter lacks shader-f16`, a buffer over the binding limit) rather than a missing
+    /// kernel. Legalization prints it beside the node in the dispatch report. Default: none.
+    fn missing_reason(&self, node: &Node, inputs: &[&Shape]) -> Option<String> {
+        let _ = (node, inputs);
+        None
+    }
+
     /// Compiles a graph that `legalize` has made fully supported.
     fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>>;
 

@@ -1,6 +1,7 @@
 //! A/B of sibling matmul merging (`stacked_matmul`) on the CPU in one process: the MiniLM-shaped
 //! encoder (1 x 128) and a Qwen3-style decoder layer (prefill 128, decode 1), compiled with and
-//! without the merge, run alternately; prints node counts, kernel steps and medians.
+//! without the merge, run alternately, and a SwiGLU MLP block alone (gate and up combined);
+//! prints node counts, kernel steps and medians.
 //!
 //! `cargo run --release -p rlx-opt --example merge_ab [runs] [rounds]`
 
@@ -92,8 +93,9 @@ fn ab(g: Graph, runs: usize, rounds: usize) -> Result<()> {
     println!("{}:", g.name());
     println!("  nodes {} -> {}, kernel steps {} -> {}", ga.len(), gb.len(), steps(&ga), steps(&gb));
     println!(
-        "  stacked matmuls: {}; arena {} -> {} bytes",
+        "  stacked matmuls: {}, combined (SwiGLU): {}; arena {} -> {} bytes",
         rb.fusion.count(FusionKind::StackedMatMul),
+        rb.fusion.count(FusionKind::CombinedMatMul),
         ra.memory.arena_bytes,
         rb.memory.arena_bytes
     );
@@ -105,11 +107,26 @@ fn ab(g: Graph, runs: usize, rounds: usize) -> Result<()> {
     Ok(())
 }
 
+/// A SwiGLU MLP block alone: `down(silu(x @ gate^T) * (x @ up^T))` on `[s, d]`.
+fn swiglu_mlp(s: usize, d: usize, ffn: usize) -> Graph {
+    let mut g = Graph::new("swiglu_mlp");
+    let x = g.input("x", rlx_ir::Shape::new(&[s, d], DType::F32));
+    let gate = zoo::linear(&mut g, x, "gate_proj", d, ffn, false);
+    let up = zoo::linear(&mut g, x, "up_proj", d, ffn, false);
+    let act = g.silu(gate);
+    let m = g.mul(act, up);
+    let y = zoo::linear(&mut g, m, "down_proj", ffn, d, false);
+    g.set_outputs(vec![y]);
+    g
+}
+
 fn main() -> Result<()> {
     let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     let (runs, rounds) = (arg(1, 20), arg(2, 7));
     ab(zoo::bert_encoder(128, 384, 12, 1536, 6), runs, rounds)?;
     ab(zoo::qwen3_decoder(128, 1024, 16, 8, 128, 3072), runs.div_ceil(4), rounds)?;
     ab(zoo::qwen3_decoder(1, 1024, 16, 8, 128, 3072), runs, rounds)?;
+    ab(swiglu_mlp(128, 1024, 3072), runs.div_ceil(4), rounds)?;
+    ab(swiglu_mlp(1, 1024, 3072), runs, rounds)?;
     Ok(())
 }

@@ -239,11 +239,12 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
             nodes_before: before,
             nodes_after: fused.len(),
             detail: format!(
-                "regions:{} epilogues:{} prologues:{} stacked:{}",
+                "regions:{} epilogues:{} prologues:{} stacked:{} combined:{}",
                 rep.count(FusionKind::Elementwise),
                 rep.count(FusionKind::MatMulEpilogue),
                 rep.count(FusionKind::NormPrologue),
-                rep.count(FusionKind::StackedMatMul)
+                rep.count(FusionKind::StackedMatMul),
+                rep.count(FusionKind::CombinedMatMul)
             ),
         });
         dump.dump("fuse", &fused)?;

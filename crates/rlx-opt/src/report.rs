@@ -16,6 +16,9 @@ pub enum FusionKind {
     StackedMatMul,
     /// A reduction absorbed the elementwise ops that make its input (`fused_reduce`).
     ReducePrologue,
+    /// Sibling matmuls whose products one epilogue joins (SwiGLU's gate and up) became one
+    /// combining `stacked_matmul`.
+    CombinedMatMul,
 }
 
 impl fmt::Display for FusionKind {
@@ -26,6 +29,7 @@ impl fmt::Display for FusionKind {
             FusionKind::NormPrologue => "norm prologue",
             FusionKind::StackedMatMul => "stacked matmul",
             FusionKind::ReducePrologue => "reduction prologue",
+            FusionKind::CombinedMatMul => "combined matmul",
         })
     }
 }
@@ -149,10 +153,15 @@ impl FusionReport {
 
 impl fmt::Display for FusionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ops: usize = self.fused.iter().filter(|r| r.kind != FusionKind::StackedMatMul).map(|r| r.ops).sum();
+        let matmuls = [FusionKind::StackedMatMul, FusionKind::CombinedMatMul];
+        let ops: usize = self.fused.iter().filter(|r| !matmuls.contains(&r.kind)).map(|r| r.ops).sum();
         let stacked = match self.count(FusionKind::StackedMatMul) {
             0 => String::new(),
             c => format!(", {c} stacked matmuls"),
+        };
+        let stacked = match self.count(FusionKind::CombinedMatMul) {
+            0 => stacked,
+            c => format!("{stacked}, {c} combined matmuls"),
         };
         let stacked = match self.count(FusionKind::ReducePrologue) {
             0 => stacked,

@@ -95,7 +95,7 @@ fusion: 2 elementwise regions, 0 matmul epilogues, 1 norm prologues, 1 reduction
             FusionKind::Elementwise => "fused",
             FusionKind::MatMulEpilogue => "fused_matmul",
             FusionKind::NormPrologue => "fused_norm",
-            FusionKind::StackedMatMul => "stacked_matmul",
+            FusionKind::StackedMatMul | FusionKind::CombinedMatMul => "stacked_matmul",
             FusionKind::ReducePrologue => "fused_reduce",
         };
         assert_eq!(op, expect, "%{}", f.node);

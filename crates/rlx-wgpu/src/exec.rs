@@ -1,7 +1,8 @@
 //! The wgpu executable: one device buffer per node, kept on the device between runs; params
 //! and constants uploaded once; each run is one submission that writes the inputs, runs every
 //! dispatch and copies the outputs (and the status words) into one readback buffer.
-//! Bools are stored as one u32 per element on the device and converted at the boundary.
+//! Bools are stored as one u32 per element on the device, bf16 as the high half of a u32 (an
+//! f32 with the bf16's value); both are converted at the boundary.
 
 use crate::gpu::Gpu;
 use crate::kernels::{Bind, Ctx, Kernel, Plan};
@@ -59,7 +60,7 @@ pub struct WgpuExecutable {
     gpu: Arc<Gpu>,
     bufs: Vec<wgpu::Buffer>,
     bytes: Vec<usize>,
-    is_bool: Vec<bool>,
+    wide: Vec<Wide>,
     steps: Vec<Step>,
     inputs: Vec<usize>,
     params: Vec<usize>,
@@ -74,13 +75,45 @@ pub struct WgpuExecutable {
     updates: Vec<(usize, usize, Option<wgpu::Buffer>)>,
 }
 
-fn pad4(n: usize) -> u64 {
-    (n.max(1).div_ceil(4) * 4) as u64
+/// How a tensor's host bytes sit in device words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wide {
+    /// The same bytes (padded to a whole word).
+    Same,
+    /// One u32 (0 or 1) per bool byte.
+    Bool,
+    /// One u32 per bf16: its bits in the high half, so the word reads as an f32 of equal value.
+    Bf16,
 }
 
-/// Device bytes of `host` bytes of `dtype` (bools widen to u32).
-fn device_bytes(dtype: DType, host: usize) -> u64 {
-    if dtype == DType::Bool { pad4(host * 4) } else { pad4(host) }
+impl Wide {
+    fn of(dt: DType) -> Wide {
+        match dt {
+            DType::Bool => Wide::Bool,
+            DType::BF16 => Wide::Bf16,
+            _ => Wide::Same,
+        }
+    }
+
+    /// Appends the device words of host bytes `data` to `out`.
+    fn widen(self, data: &[u8], out: &mut Vec<u8>) {
+        match self {
+            Wide::Same => out.extend_from_slice(data),
+            Wide::Bool => out.extend(data.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0])),
+            Wide::Bf16 => out.extend(data.chunks_exact(2).flat_map(|h| [0, 0, h[0], h[1]])),
+        }
+    }
+
+    /// Writes the host bytes of device words `dev` into `dst` (its length says how many).
+    fn narrow(self, dev: &[u8], dst: &mut [u8]) {
+        match self {
+            Wide::Same => dst.copy_from_slice(&dev[..dst.len()]),
+            Wide::Bool => dst.iter_mut().enumerate().for_each(|(e, d)| *d = dev[4 * e]),
+            Wide::Bf16 => {
+                dst.chunks_exact_mut(2).enumerate().for_each(|(e, d)| d.copy_from_slice(&dev[4 * e + 2..4 * e + 4]))
+            }
+        }
+    }
 }
 
 fn gpu_err(op: &str, e: impl std::fmt::Display) -> Error {
@@ -88,25 +121,30 @@ fn gpu_err(op: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl WgpuExecutable {
-    /// Builds buffers, pipelines and bind groups for a legalized graph.
-    pub fn new(gpu: Arc<Gpu>, g: &Graph, table: &KernelTable<Kernel>) -> Result<Self> {
+    /// Builds buffers, pipelines and bind groups for a legalized graph. `max_binding` lowers
+    /// the adapter's storage binding limit (a node over it is an `Unsupported` error).
+    pub fn new(gpu: Arc<Gpu>, g: &Graph, table: &KernelTable<Kernel>, max_binding: Option<u64>) -> Result<Self> {
         let dev = &gpu.device;
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
         let mut bufs = vec![];
         let mut bytes = vec![];
-        let mut is_bool = vec![];
+        let mut wide = vec![];
+        let limit = crate::caps::Caps::of(&gpu).max_binding.min(max_binding.unwrap_or(u64::MAX));
         for (i, n) in g.nodes().iter().enumerate() {
             let b = n.ty.size_bytes().ok_or_else(|| Error::UnboundDim {
                 symbol: n.ty.symbols().next().unwrap_or("?").into(),
                 context: format!("node %{i} ({}) at wgpu compile", n.op.def().name()),
             })?;
-            let size = device_bytes(n.ty.dtype, b);
-            if size > gpu.limits.max_storage_buffer_binding_size {
-                return Err(Error::eval(
+            let size = crate::caps::device_bytes(n.ty.dtype, b);
+            if size > limit {
+                let missing = format!(
+                    "`{}` (node %{i}) {} needs {size} bytes on the device, over the adapter's storage \
+                     binding limit of {limit} bytes",
                     n.op.def().name(),
-                    format!("node %{i} needs {b} bytes, over the adapter's storage binding limit"),
-                ));
+                    n.ty
+                );
+                return Err(Error::Unsupported { backend: "wgpu".into(), missing, report: String::new() });
             }
             bufs.push(dev.create_buffer(&wgpu::BufferDescriptor {
                 label: None,
@@ -115,7 +153,7 @@ impl WgpuExecutable {
                 mapped_at_creation: false,
             }));
             bytes.push(b);
-            is_bool.push(n.ty.dtype == DType::Bool);
+            wide.push(Wide::of(n.ty.dtype));
         }
         let status = dev.create_buffer(&wgpu::BufferDescriptor {
             label: Some("rlx status"),
@@ -132,8 +170,10 @@ impl WgpuExecutable {
                 op if n.inputs.is_empty() => {
                     // Constants, full, arange: evaluated once here and uploaded.
                     let v = op.def().reference(&[], &n.ty)?.to_bytes();
-                    let mut v = if is_bool[i] { widen_bools(&v) } else { v };
-                    v.resize(pad4(v.len()) as usize, 0);
+                    let mut w = vec![];
+                    wide[i].widen(&v, &mut w);
+                    w.resize(bufs[i].size() as usize, 0);
+                    let v = w;
                     gpu.queue.write_buffer(&bufs[i], 0, &v);
                 }
                 op => {
@@ -210,7 +250,7 @@ impl WgpuExecutable {
             gpu,
             bufs,
             bytes,
-            is_bool,
+            wide,
             steps,
             inputs,
             params,
@@ -233,8 +273,9 @@ impl WgpuExecutable {
         g: &Graph,
         table: &KernelTable<Kernel>,
         updates: &[rlx_driver::ParamUpdate],
+        max_binding: Option<u64>,
     ) -> Result<Self> {
-        let mut exe = Self::new(gpu, g, table)?;
+        let mut exe = Self::new(gpu, g, table, max_binding)?;
         let params = g.params();
         let mut pairs = vec![];
         for u in updates {
@@ -304,8 +345,8 @@ impl WgpuExecutable {
         dev.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| gpu_err("get_param", e))?;
         rx.recv().map_err(|e| gpu_err("get_param", e))?.map_err(|e| gpu_err("get_param", e))?;
         let view = rb.get_mapped_range(..).map_err(|e| gpu_err("get_param", e))?;
-        let n = self.bytes[node];
-        let out = if self.is_bool[node] { (0..n).map(|e| view[4 * e]).collect() } else { view[..n].to_vec() };
+        let mut out = vec![0; self.bytes[node]];
+        self.wide[node].narrow(&view, &mut out);
         drop(view);
         rb.unmap();
         Ok(out)
@@ -316,17 +357,12 @@ impl WgpuExecutable {
         if data.len() != want {
             return Err(Error::eval(what, format!("needs {want} bytes, got {}", data.len())));
         }
-        if self.is_bool[node] {
-            self.scratch.clear();
-            self.scratch.extend(data.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0]));
-            self.scratch.resize(self.bufs[node].size() as usize, 0);
-            self.gpu.queue.write_buffer(&self.bufs[node], 0, &self.scratch);
-        } else if data.len().is_multiple_of(4) && !data.is_empty() {
+        if self.wide[node] == Wide::Same && data.len().is_multiple_of(4) && !data.is_empty() {
             self.gpu.queue.write_buffer(&self.bufs[node], 0, data);
         } else {
             self.scratch.clear();
-            self.scratch.extend_from_slice(data);
-            self.scratch.resize(pad4(data.len()) as usize, 0);
+            self.wide[node].widen(data, &mut self.scratch);
+            self.scratch.resize(self.bufs[node].size() as usize, 0);
             self.gpu.queue.write_buffer(&self.bufs[node], 0, &self.scratch);
         }
         Ok(())
@@ -336,11 +372,6 @@ impl WgpuExecutable {
     pub fn dispatches(&self) -> usize {
         self.names.len()
     }
-}
-
-/// Bool bytes (0/1) as little-endian u32 words.
-fn widen_bools(v: &[u8]) -> Vec<u8> {
-    v.iter().flat_map(|&b| [u8::from(b != 0), 0, 0, 0]).collect()
 }
 
 /// Device buffers handed out by `share_param`, keyed by the handle's address: a `ParamShare`
@@ -483,11 +514,7 @@ impl rlx_driver::Executable for WgpuExecutable {
             let view = self.readback.get_mapped_range(..).map_err(|e| gpu_err("run", e))?;
             for (k, dst) in outputs.iter_mut().enumerate() {
                 let off = self.read_offsets[k] as usize;
-                if self.is_bool[self.outputs[k]] {
-                    dst.iter_mut().enumerate().for_each(|(e, d)| *d = view[off + 4 * e]);
-                } else {
-                    dst.copy_from_slice(&view[off..off + dst.len()]);
-                }
+                self.wide[self.outputs[k]].narrow(&view[off..], dst);
             }
             let st: &[u32] = bytemuck::cast_slice(&view[status_at as usize..]);
             if self.uses_status && st[0] != u32::MAX {

@@ -157,6 +157,12 @@ fn rlx_isnan(x: f32) -> bool {
     return b > 0x7f800000u;
 }
 fn rlx_nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
+// f32 rounded to bf16 (nearest even; NaN stays a quiet NaN), kept as an f32 word.
+fn rlx_round_bf(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return bitcast<f32>((b | 0x00400000u) & 0xffff0000u); }
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
 fn rlx_max(a: f32, b: f32) -> f32 {
     if (rlx_isnan(a) || rlx_isnan(b)) { return rlx_nan(); }
     return select(b, a, a >= b);

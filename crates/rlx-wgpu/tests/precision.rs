@@ -2,7 +2,9 @@
 //! BERT/MiniLM encoder layer and Qwen3 decoder layer to f16, the wgpu kernels run the f16
 //! graph (f16 buffers, f32 arithmetic), and the outputs match the f32 reference within f16
 //! tolerance. Without shader-f16 (`RLX_WGPU_F16=0`, in a child process) the same compile is a
-//! typed `Unsupported` error naming the f16 nodes, and f32 graphs still run.
+//! typed `Unsupported` error naming the f16 nodes and the missing capability, and f32 graphs
+//! still run. `PrecisionPolicy::BF16` runs everywhere: bf16 is emulated (f32 words holding bf16
+//! values, rounded to nearest even at every store).
 
 mod common;
 
@@ -83,6 +85,30 @@ fn f16_policy_runs_the_zoo_on_wgpu_close_to_f32() {
     }
 }
 
+#[test]
+fn bf16_policy_runs_the_zoo_on_wgpu_close_to_f32() {
+    if common::require_gpu() {
+        return;
+    }
+    for g in models() {
+        let f = feeds(&g);
+        let fr: Vec<(&str, HostTensor)> = f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let want = interp::evaluate(&g, &fr).unwrap();
+        let (opt, got) = run(&g, PrecisionPolicy::BF16, &fr).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+        let halves = opt.nodes().iter().filter(|n| n.ty.dtype == DType::BF16).count();
+        assert!(halves > 0, "{}: no bf16 node under PrecisionPolicy::BF16", g.name());
+        // The same graph on the CPU backend: wgpu's bf16 should be as close as the CPU's.
+        let cpu = run_host(&rlx_cpu::CpuBackend::new(), &opt, &fr).unwrap();
+        for ((a, b), c) in got.iter().zip(&want).zip(&cpu) {
+            assert_eq!(a.dtype(), b.dtype(), "outputs keep their dtype");
+            let (e, ec) = (rel_err(a, b), rel_err(c, b));
+            eprintln!("{} BF16 on wgpu: {halves} bf16 nodes, max rel err {e:.2e} (cpu {ec:.2e})", g.name());
+            // bf16 keeps 8 bits (the CPU test allows 2e-2 too).
+            assert!(e < 2e-2, "{}: rel err {e:.3e} under BF16", g.name());
+        }
+    }
+}
+
 /// Runs in a child process with `RLX_WGPU_F16=0` (the device opens once per process).
 #[test]
 #[ignore = "run by without_shader_f16_an_f16_graph_is_a_typed_error in a child process"]
@@ -96,7 +122,8 @@ fn child_without_f16() {
         Err(Error::Unsupported { backend, missing, report }) => {
             assert_eq!(backend, "wgpu");
             assert!(missing.contains("f16["), "the error names the f16 nodes: {missing}");
-            assert!(report.contains("missing"), "{report}");
+            assert!(missing.contains("adapter lacks shader-f16"), "the error names the capability: {missing}");
+            assert!(report.contains("missing") && report.contains("adapter lacks shader-f16"), "{report}");
             eprintln!("typed error: {}", &missing[..missing.len().min(160)]);
         }
         Err(e) => panic!("expected Unsupported, got {e}"),

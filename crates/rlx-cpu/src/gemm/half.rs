@@ -11,7 +11,7 @@ use crate::threads;
 use std::cell::RefCell;
 use std::sync::Mutex;
 
-pub use super::half_convert::HalfElem;
+pub use super::half_convert::{HalfElem, narrow_isa, simd, widen_isa};
 
 /// Largest f32 tile (mr * nr) held in the stack buffer of `tiles`.
 const MAX_TILE: usize = 1024;
@@ -125,19 +125,55 @@ pub unsafe fn gemm_src<H: HalfElem>(
     c: MatMut<H>,
     threaded: bool,
 ) {
+    // SAFETY: forwarded.
+    unsafe { gemm_src_epi(m, n, k, a, b, packed_b, c, threaded, None) }
+}
+
+/// A callback on each finished f32 row of C before it is rounded: `(row, first column, values)`,
+/// called from the GEMM's threads (a fused bias and activation).
+pub type TileEpilogue<'a> = &'a (dyn Fn(usize, usize, &mut [f32]) + Sync);
+
+/// A callback on a finished f32 run of a (batched) output before it is rounded:
+/// `(first flat index, values)`.
+pub type FlatEpilogue<'a> = &'a (dyn Fn(usize, &mut [f32]) + Sync);
+
+/// `gemm_src` with an epilogue on the f32 sums of every output row run before the rounding.
+///
+/// # Safety
+/// As `gemm_src`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_src_epi<H: HalfElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<H>,
+    b: MatRef<H>,
+    packed_b: Option<*const f32>,
+    c: MatMut<H>,
+    threaded: bool,
+    epi: Option<TileEpilogue<'_>>,
+) {
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
+        let mut zeros = [0f32; CHUNK];
         for i in 0..m {
-            // SAFETY: row i of C has n elements.
-            unsafe { std::slice::from_raw_parts_mut(c.ptr.offset(i as isize * c.rs), n).fill(H::default()) };
+            for j in (0..n).step_by(CHUNK) {
+                let w = CHUNK.min(n - j);
+                zeros[..w].fill(0.0);
+                if let Some(f) = epi {
+                    f(i, j, &mut zeros[..w]);
+                }
+                // SAFETY: row i of C has n elements.
+                unsafe { super::half_convert::narrow(zeros.as_ptr(), w, c.ptr.offset(i as isize * c.rs + j as isize)) };
+            }
         }
         return;
     }
     let flops = 2.0 * (m * n) as f64 * k as f64;
     let threads = if threaded && flops >= SERIAL_FLOPS { threads::num_threads() } else { 1 };
-    if m < 4 && packed_b.is_none() {
+    if m < 4 && packed_b.is_none() && epi.is_none() {
         // Decode shapes: stream B once per row instead of packing it.
         let tasks = threads.min(n.div_ceil(64)).max(1);
         let per = n.div_ceil(tasks).div_ceil(16) * 16;
@@ -193,7 +229,7 @@ pub unsafe fn gemm_src<H: HalfElem>(
             let (i1, jp1) = ((i0 + rb).min(m), (jp0 + cw).min(tiles_n));
             let c = MatMut { ptr: cptr as *mut H, rs: c.rs };
             // SAFETY: tasks own disjoint blocks of C; the panels hold all of k.
-            unsafe { tiles(&kern, k, pa as *const f32, pb as *const f32, c, i0..i1, jp0..jp1, n) };
+            unsafe { tiles(&kern, k, pa as *const f32, pb as *const f32, c, i0..i1, jp0..jp1, n, epi) };
         };
         run(row_blocks * col_blocks, &task);
     })
@@ -205,7 +241,8 @@ fn run(tasks: usize, f: &(impl Fn(usize) + Sync)) {
 }
 
 /// Computes the tiles of rows `rows` and B panels `panels` of C: each tile summed over all of k
-/// (in the kernel's k blocks) by the f32 micro-kernel, then rounded into C.
+/// (in the kernel's k blocks) by the f32 micro-kernel, passed row by row to `epi`, then rounded
+/// into C.
 ///
 /// # Safety
 /// `pa` holds the packed A panels of these rows, `pb` the packed B panels (all of k each, in
@@ -220,6 +257,7 @@ unsafe fn tiles<H: HalfElem>(
     rows: std::ops::Range<usize>,
     panels: std::ops::Range<usize>,
     n: usize,
+    epi: Option<TileEpilogue<'_>>,
 ) {
     let (mr, nr, kc) = (kern.mr, kern.nr, kern.kc.max(1));
     let mut tile = [0f32; MAX_TILE];
@@ -245,7 +283,10 @@ unsafe fn tiles<H: HalfElem>(
                     )
                 };
             }
-            for (r, row) in tile.chunks_exact(nr).take(mr.min(m - i)).enumerate() {
+            for (r, row) in tile.chunks_exact_mut(nr).take(mr.min(m - i)).enumerate() {
+                if let Some(f) = epi {
+                    f(i + r, j, &mut row[..w]);
+                }
                 // SAFETY: row i + r, columns j..j+w lie inside C.
                 unsafe {
                     super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i + r) as isize * c.rs + j as isize))

@@ -92,19 +92,26 @@ impl HalfElem for bf16 {
     }
 }
 
-/// Whether the vector conversions (and the AVX2+FMA loops built on them) may run.
+/// Whether the vector conversions (and the AVX2+FMA loops built on them) may run: detected once;
+/// `RLX_CPU_SIMD=scalar` forces the portable path.
 #[inline]
 pub fn simd() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        if std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "scalar") {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// `dst[i] = src[i] as f32` for `i < n` (contiguous).
@@ -113,11 +120,22 @@ pub fn simd() -> bool {
 /// `src` is readable and `dst` writable for `n` elements.
 #[inline]
 pub unsafe fn widen<H: HalfElem>(src: *const H, n: usize, dst: *mut f32) {
+    // SAFETY: forwarded.
+    unsafe { widen_isa(simd(), src, n, dst) }
+}
+
+/// `widen` with the vector path only when `simd` (which must imply `simd()`).
+///
+/// # Safety
+/// As `widen`.
+#[inline]
+pub unsafe fn widen_isa<H: HalfElem>(simd: bool, src: *const H, n: usize, dst: *mut f32) {
     #[cfg(target_arch = "x86_64")]
-    if simd() {
+    if simd && self::simd() {
         // SAFETY: the features are present; the rest is forwarded.
         return unsafe { x86::widen(src, n, dst) };
     }
+    let _ = simd;
     for i in 0..n {
         // SAFETY: inside both buffers.
         unsafe { *dst.add(i) = (*src.add(i)).to_f32() };
@@ -130,11 +148,22 @@ pub unsafe fn widen<H: HalfElem>(src: *const H, n: usize, dst: *mut f32) {
 /// `src` is readable and `dst` writable for `n` elements.
 #[inline]
 pub unsafe fn narrow<H: HalfElem>(src: *const f32, n: usize, dst: *mut H) {
+    // SAFETY: forwarded.
+    unsafe { narrow_isa(simd(), src, n, dst) }
+}
+
+/// `narrow` with the vector path only when `simd`.
+///
+/// # Safety
+/// As `narrow`.
+#[inline]
+pub unsafe fn narrow_isa<H: HalfElem>(simd: bool, src: *const f32, n: usize, dst: *mut H) {
     #[cfg(target_arch = "x86_64")]
-    if simd() {
+    if simd && self::simd() {
         // SAFETY: the features are present; the rest is forwarded.
         return unsafe { x86::narrow(src, n, dst) };
     }
+    let _ = simd;
     for i in 0..n {
         // SAFETY: inside both buffers.
         unsafe { *dst.add(i) = H::from_f32(*src.add(i)) };

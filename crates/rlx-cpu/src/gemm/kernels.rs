@@ -9,13 +9,16 @@ use super::{KC, Kernel};
 /// faster than 192, 256 or 384 on Zen 4).
 const AVX512_F32: (usize, usize, usize) = (12, 32, 512);
 
+/// The AVX-512 f64 tile: the f32 tile's registers and bytes per k step, half the lanes.
+const AVX512_F64: (usize, usize, usize) = (12, 16, 512);
+
 /// f32 micro-kernels this CPU can run, best first; the portable one is always last.
 pub fn f32_kernels() -> Vec<Kernel<f32>> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
         let (mr, nr, kc) = AVX512_F32;
-        if std::is_x86_feature_detected!("avx512f") && has_avx2() {
+        if has_avx512() {
             v.push(Kernel { name: "avx512-12x32", mr, nr, kc, micro: super::avx512::f32_tile::<12, 2> });
         }
         if has_avx2() {
@@ -30,8 +33,14 @@ pub fn f32_kernels() -> Vec<Kernel<f32>> {
 pub fn f64_kernels() -> Vec<Kernel<f64>> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8 });
+    {
+        let (mr, nr, kc) = AVX512_F64;
+        if has_avx512() {
+            v.push(Kernel { name: "avx512-12x16", mr, nr, kc, micro: super::avx512::f64_tile::<12, 2> });
+        }
+        if has_avx2() {
+            v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8 });
+        }
     }
     v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8> });
     v
@@ -41,6 +50,12 @@ pub fn f64_kernels() -> Vec<Kernel<f64>> {
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+/// Whether the CPU has AVX-512F besides AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f") && has_avx2()
 }
 
 /// Portable micro-kernel over any element type.

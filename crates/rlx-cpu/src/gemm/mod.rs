@@ -1,10 +1,11 @@
 //! Packed, cache-blocked GEMM: C = A * B with arbitrary strides (so transposed operands cost
 //! nothing), BLIS-style loops around a register-blocked micro-kernel chosen once at run time
-//! (AVX-512 12x32 or AVX2+FMA 6x16 for f32 on x86-64, a portable kernel elsewhere). A row-major
-//! A whose k block fits L2 is read in place; B is packed as the product runs (one copy shared by
-//! all threads) or once ahead of time (`pack_b_full`, for weights). An optional epilogue runs on
-//! each finished block of C while it is in cache. Packing buffers live in process-wide slots,
-//! one per pool thread, grown once and reused, so a warm call allocates nothing.
+//! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, a portable kernel
+//! elsewhere). A row-major A whose k block fits L2 is read in place; B is packed as the product
+//! runs (one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
+//! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
+//! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
+//! nothing.
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;

@@ -40,44 +40,54 @@ fn check(m: usize, n: usize, k: usize) {
     }
     assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "epilogue coverage {m}x{n}x{k}");
     // Every kernel this CPU runs (AVX-512, AVX2, portable), on one thread and on two.
-    for kern in f64::kernels() {
-        for threads in [1, 2] {
-            let mut c = vec![f64::NAN; m * n];
-            unsafe {
-                gemm_with(
-                    &kern,
-                    threads,
-                    m,
-                    n,
-                    k,
-                    av,
-                    BSrc::View(bv),
-                    MatMut { ptr: c.as_mut_ptr(), rs: n as isize },
-                    None,
-                )
-            };
-            for (x, y) in c.iter().zip(&want) {
-                assert!((x - y).abs() < 1e-9, "f64 {} t{threads} {m}x{n}x{k}: {x} vs {y}", kern.name);
-            }
+    for threads in [1, 2] {
+        for kern in f64::kernels() {
+            check_kernel(&kern, threads, m, n, k, &a, &b, &want, 1e-9);
         }
-    }
-    for kern in f32::kernels() {
-        for threads in [1, 2] {
-            check_f32(&kern, threads, m, n, k, &a, &b, &want);
+        for kern in f32::kernels() {
+            check_kernel(&kern, threads, m, n, k, &a, &b, &want, 1e-3);
         }
     }
 }
 
-/// f32 with kernel `kern` on `threads` threads: all four layouts (A and B each row- or
-/// column-major), B as a view and packed ahead of time, and the epilogue's coverage.
+/// The element types under test, made from and compared as f64.
+trait Elem: Into<f64> + std::ops::MulAssign {
+    fn of(x: f64) -> Self;
+}
+impl Elem for f32 {
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+}
+impl Elem for f64 {
+    fn of(x: f64) -> Self {
+        x
+    }
+}
+
+/// Kernel `kern` on `threads` threads: all four layouts (A and B each row- or column-major), B
+/// as a view and packed ahead of time, and the epilogue's coverage; results within `tol`
+/// (relative) of the f64 product `want`.
 #[allow(clippy::too_many_arguments)]
-fn check_f32(kern: &Kernel<f32>, threads: usize, m: usize, n: usize, k: usize, a: &[f64], b: &[f64], want: &[f64]) {
+fn check_kernel<T: GemmElem + Elem>(
+    kern: &Kernel<T>,
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    b: &[f64],
+    want: &[f64],
+    tol: f64,
+) {
     let name = kern.name;
-    let at: Vec<f32> = (0..m * k).map(|i| a[(i % m) * k + i / m] as f32).collect();
-    let bt: Vec<f32> = (0..k * n).map(|i| b[(i % k) * n + i / k] as f32).collect();
-    let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
-    let b32: Vec<f32> = b.iter().map(|&x| x as f32).collect();
-    let close = |x: f32, y: f64| (x as f64 - y).abs() < 1e-3 * (1.0 + y.abs());
+    let t = T::of;
+    let at: Vec<T> = (0..m * k).map(|i| t(a[(i % m) * k + i / m])).collect();
+    let bt: Vec<T> = (0..k * n).map(|i| t(b[(i % k) * n + i / k])).collect();
+    let a32: Vec<T> = a.iter().map(|&x| t(x)).collect();
+    let b32: Vec<T> = b.iter().map(|&x| t(x)).collect();
+    let close = |x: T, y: f64| (x.into() - y).abs() < tol * (1.0 + y.abs());
+    let nan = T::of(f64::NAN);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         let av = if ta {
             MatRef { ptr: at.as_ptr(), rs: 1, cs: m as isize }
@@ -90,53 +100,44 @@ fn check_f32(kern: &Kernel<f32>, threads: usize, m: usize, n: usize, k: usize, a
             MatRef { ptr: b32.as_ptr(), rs: n as isize, cs: 1 }
         };
         // B as a view, then packed ahead of time for this kernel.
-        let mut packed = vec![f32::NAN; n.div_ceil(kern.nr) * kern.nr * k];
+        let mut packed = vec![nan; n.div_ceil(kern.nr) * kern.nr * k];
         unsafe { pack_b_with(kern, k, n, bv, &mut packed) };
         for src in [BSrc::View(bv), BSrc::Packed(bv, packed.as_ptr())] {
-            let mut c32 = vec![f32::NAN; m * n];
+            let mut c32 = vec![nan; m * n];
             let cv = MatMut { ptr: c32.as_mut_ptr(), rs: n as isize };
             unsafe { gemm_with(kern, threads, m, n, k, av, src, cv, None) };
             for (x, y) in c32.iter().zip(want) {
                 assert!(
                     close(*x, *y),
-                    "f32 {name} t{threads} {m}x{n}x{k} t{ta}{tb} packed {}: {x} vs {y}",
-                    src.prepacked()
+                    "{name} t{threads} {m}x{n}x{k} t{ta}{tb} packed {}: {} vs {y}",
+                    src.prepacked(),
+                    (*x).into()
                 );
             }
         }
     }
     // The epilogue doubles each element once it is final: a block seen twice or early shows.
     let seen: Vec<AtomicU32> = (0..m * n).map(|_| AtomicU32::new(0)).collect();
-    let mut c32 = vec![f32::NAN; m * n];
+    let mut c32 = vec![nan; m * n];
     let cp = c32.as_mut_ptr() as usize;
     let epi = |i0: usize, r: usize, j0: usize, w: usize| {
         for i in i0..i0 + r {
             for j in j0..j0 + w {
                 seen[i * n + j].fetch_add(1, Ordering::Relaxed);
                 // SAFETY: blocks are disjoint, so this element is ours.
-                unsafe { *(cp as *mut f32).add(i * n + j) *= 2.0 };
+                unsafe { *(cp as *mut T).add(i * n + j) *= T::of(2.0) };
             }
         }
     };
     let av = MatRef { ptr: a32.as_ptr(), rs: k as isize, cs: 1 };
     let bv = MatRef { ptr: b32.as_ptr(), rs: n as isize, cs: 1 };
     unsafe {
-        gemm_with(
-            kern,
-            threads,
-            m,
-            n,
-            k,
-            av,
-            BSrc::View(bv),
-            MatMut { ptr: cp as *mut f32, rs: n as isize },
-            Some(&epi),
-        )
+        gemm_with(kern, threads, m, n, k, av, BSrc::View(bv), MatMut { ptr: cp as *mut T, rs: n as isize }, Some(&epi))
     };
     for (x, y) in c32.iter().zip(want) {
-        assert!(close(*x, 2.0 * y), "f32 {name} t{threads} epilogue {m}x{n}x{k}: {x} vs {}", 2.0 * y);
+        assert!(close(*x, 2.0 * y), "{name} t{threads} epilogue {m}x{n}x{k}: {} vs {}", (*x).into(), 2.0 * y);
     }
-    assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "f32 {name} t{threads} epilogue coverage {m}x{n}x{k}");
+    assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "{name} t{threads} epilogue coverage {m}x{n}x{k}");
 }
 
 #[test]

@@ -6,7 +6,11 @@
 //! softmax, even when their scores are not finite (the reference adds -inf to NaN there).
 //!
 //! Work items are (batch, head, query block); the pool hands them out dynamically, and each
-//! running item borrows one of `num_threads()` preallocated scratch slots.
+//! running item borrows one of `num_threads()` preallocated scratch slots. With f32 compute,
+//! AVX2 + FMA and at most 1024 keys (encoders, prefill), items take the whole-row path of
+//! `dense.rs` instead of the online softmax.
+
+mod dense;
 
 use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8};
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
@@ -53,6 +57,8 @@ struct Geo {
     /// One work item takes all query heads of a kv head (when their rows fit one block, as in
     /// decode), so that K and V are read once per kv head.
     grouped: bool,
+    /// Work items run the f32 whole-row path (`dense.rs`).
+    dense: bool,
 }
 
 /// The query rows of one work item: heads `h0..h0 + nh` (sharing kv head `kv`) times queries
@@ -186,7 +192,7 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         }
         bool_mask = m.dtype == DType::Bool;
     }
-    let g = Geo {
+    let mut g = Geo {
         b: qd[0],
         h: qd[1],
         kvh: kd[1],
@@ -200,7 +206,10 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         transposed: qd[2] >= 4,
         qblocks: qd[2].div_ceil(BQ),
         grouped: qd[1] / kd[1] * qd[2] <= BQ,
+        dense: false,
     };
+    let f32_compute = matches!(ctx.out.dtype, DType::F32 | DType::F16 | DType::BF16);
+    g.dense = dense::applies(&g, f32_compute, avx2_fma());
     let scale = op.scale;
     with_float!(ctx.out.dtype, T => Ok(build::<T>(g, scale)), else Err(unsupported(ctx)))
 }
@@ -221,7 +230,8 @@ impl<C: Real> Scratch<C> {
     /// Zeroed buffers for one work item of `g`.
     fn new(g: &Geo) -> Self {
         let z = |n: usize| vec![C::ZERO; n];
-        Scratch { q: z(BQ * g.d), p: z(BQ * BK), o: z(BQ * g.dv), m: z(BQ), l: z(BQ) }
+        let pw = if g.dense { dense::row_width(g.t).max(BK) } else { BK };
+        Scratch { q: z(BQ * g.d), p: z(BQ * pw), o: z(BQ * g.dv), m: z(BQ), l: z(BQ) }
     }
 }
 
@@ -302,7 +312,7 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
             let Some(sc) = guard.as_deref_mut() else {
                 return item_with_new_scratch::<T>(&g, scale, simd, q, kt, v, mask, spans, out, item);
             };
-            run_item::<T>(simd, &g, scale, q, kt, v, mask, spans, out, item, sc);
+            any_item::<T>(simd, &g, scale, q, kt, v, mask, spans, out, item, sc);
         });
         Ok(())
     })
@@ -333,7 +343,30 @@ fn item_with_new_scratch<T: Compute>(
     item: usize,
 ) {
     let mut sc = Scratch::new(g);
-    run_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, &mut sc);
+    any_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, &mut sc);
+}
+
+/// One work item on the dense path when it applies, else the online-softmax one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn any_item<T: Compute>(
+    simd: bool,
+    g: &Geo,
+    scale: T::C,
+    q: &[T::C],
+    k: &[T::C],
+    v: &[T::C],
+    mask: Mask<'_, T>,
+    spans: &Spans,
+    out: SharedMut<T>,
+    item: usize,
+    sc: &mut Scratch<T::C>,
+) {
+    if g.dense {
+        dense::item::<T>(g, scale, q, k, v, mask, spans, out, item, sc);
+    } else {
+        run_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, sc);
+    }
 }
 
 crate::simd_entry!(run_item = item_body<T: Compute>(

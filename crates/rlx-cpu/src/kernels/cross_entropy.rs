@@ -36,9 +36,8 @@ fn build<T: Compute, L: IntElem>(rows: usize, c: usize) -> Kernel {
         parallel_for(tasks, &|task| {
             let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
             for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
-                for (v, s) in buf.iter_mut().zip(&x[r * c..(r + 1) * c]) {
-                    *v = s.load();
-                }
+                // f16/bf16 rows are widened with SIMD.
+                super::half_vec::load(&x[r * c..(r + 1) * c], &mut buf);
                 let loss = row_loss::<T::C>(simd, &buf, labels[r].to_i64());
                 // SAFETY: each row writes only its own output element.
                 unsafe { y.write(r, T::store(loss)) };

@@ -1,11 +1,15 @@
 //! Elementwise kernels: unary and binary families, comparisons, where and cast. They evaluate
 //! the same scalar expressions as the reference (`UnaryKind::eval`, `BinaryKind::eval`).
 
+use super::fused::{Buf, src};
 use super::{ALL, Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
+use crate::gemm::half::HalfElem;
 use crate::{with_float, with_int};
+use half::{bf16, f16};
 use rlx_driver::KernelTable;
+use rlx_ir::ops::Instr;
 use rlx_ir::ops::util::broadcast_index_map;
 use rlx_ir::{DType, Op, OpKind, Result};
 
@@ -41,7 +45,8 @@ fn unary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         // f32 runs the vectorized loop of vec32.rs (polynomial exp/tanh/erf), like fused regions.
         let (x, out) = (b.input::<T>(0), b.output::<T>());
-        if !super::vec32::unary(kind, x, out) {
+        // f16/bf16 widen a chunk at a time and run the same f32 loop, then round once.
+        if !super::vec32::unary(kind, x, out) && !super::half_vec::unary(kind, x, out) {
             out.iter_mut().zip(x).for_each(|(y, &x)| *y = kind.eval(x));
         }
         Ok(())
@@ -92,6 +97,13 @@ fn zip_broadcast<A: Copy, O>(p: &Pairing, a: &[A], b: &[A], out: &mut [O], f: im
 fn binary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let Op::Binary(op) = ctx.op else { return Err(unsupported(ctx)) };
     let kind = op.kind;
+    // f16/bf16: a one-op region in f32 over widened chunks, broadcasts read as runs (half_fused.rs).
+    super::half_fused::with_half!(ctx.out.dtype, H => {
+        let od = ctx.out_dims();
+        let srcs = (0..2).map(|i| (Buf::In(i), src(&od, &ctx.in_dims(i)))).collect();
+        let program = vec![Instr::Input(0), Instr::Input(1), Instr::Binary(kind, 0, 1)];
+        return Ok(super::half_fused::build::<H>(program, srcs, od.iter().product()));
+    }, else {});
     let p = pairing(ctx);
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         let (x, y, out) = (b.input::<T>(0), b.input::<T>(1), b.output::<T>());
@@ -129,18 +141,46 @@ fn compare(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 
 fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let o = ctx.out_dims();
-    let maps: Vec<Vec<u32>> =
-        (0..3).map(|i| broadcast_index_map(&o, &ctx.in_dims(i)).into_iter().map(|x| x as u32).collect()).collect();
-    let size = ctx.out.dtype.size_bytes();
-    Ok(Box::new(move |b: &Bufs<'_>| {
-        let (c, x, y, out) = (b.input_bytes(0), b.input_bytes(1), b.input_bytes(2), b.output_bytes());
-        for (i, dst) in out.chunks_exact_mut(size).enumerate() {
-            let (src, j) = if c[maps[0][i] as usize] != 0 { (x, maps[1][i]) } else { (y, maps[2][i]) };
-            let j = j as usize * size;
-            dst.copy_from_slice(&src[j..j + size]);
+    // An input of the output's shape is read directly; others through an index map.
+    let maps: Vec<Option<Vec<u32>>> = (0..3)
+        .map(|i| {
+            let d = ctx.in_dims(i);
+            (d != o).then(|| broadcast_index_map(&o, &d).into_iter().map(|x| x as u32).collect())
+        })
+        .collect();
+    Ok(match ctx.out.dtype.size_bytes() {
+        1 => where_typed::<u8>(maps),
+        2 => where_typed::<u16>(maps),
+        4 => where_typed::<u32>(maps),
+        8 => where_typed::<u64>(maps),
+        size => Box::new(move |b: &Bufs<'_>| {
+            let (c, x, y, out) = (b.input_bytes(0), b.input_bytes(1), b.input_bytes(2), b.output_bytes());
+            let at = |k: usize, i: usize| maps[k].as_ref().map_or(i, |m| m[i] as usize);
+            for (i, dst) in out.chunks_exact_mut(size).enumerate() {
+                let (src, j) = if c[at(0, i)] != 0 { (x, at(1, i)) } else { (y, at(2, i)) };
+                dst.copy_from_slice(&src[j * size..(j + 1) * size]);
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// `where` on elements of one size, moved as plain words.
+fn where_typed<E: bytemuck::Pod>(maps: Vec<Option<Vec<u32>>>) -> Kernel {
+    Box::new(move |b: &Bufs<'_>| {
+        let (c, x, y, out) = (b.input::<u8>(0), b.input::<E>(1), b.input::<E>(2), b.output::<E>());
+        if maps.iter().all(Option::is_none) {
+            out.iter_mut()
+                .zip(c.iter().zip(x.iter().zip(y)))
+                .for_each(|(o, (&c, (&x, &y)))| *o = if c != 0 { x } else { y });
+            return Ok(());
+        }
+        let at = |k: usize, i: usize| maps[k].as_ref().map_or(i, |m| m[i] as usize);
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = if c[at(0, i)] != 0 { x[at(1, i)] } else { y[at(2, i)] };
         }
         Ok(())
-    }))
+    })
 }
 
 /// A widened value, as the reference holds it.
@@ -198,8 +238,11 @@ fn store(dt: DType) -> fn(&mut [u8], usize, Wide) {
 
 fn cast(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let (from, to) = (ctx.ins[0].dtype, ctx.out.dtype);
-    let (ld, st) = (load(from), store(to));
     let n = ctx.out.numel().unwrap_or(0);
+    if let Some(k) = cast_f32_half(from, to) {
+        return Ok(k);
+    }
+    let (ld, st) = (load(from), store(to));
     Ok(Box::new(move |b: &Bufs<'_>| {
         let (src, dst) = (b.input_bytes(0), b.output_bytes());
         for i in 0..n {
@@ -207,4 +250,43 @@ fn cast(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         }
         Ok(())
     }))
+}
+
+/// Casts among f32, f16 and bf16 (the mixed-precision boundaries): a chunk is widened to f32 with
+/// SIMD and narrowed with one round-to-nearest-even, exactly as the element-wise path rounds.
+fn cast_f32_half(from: DType, to: DType) -> Option<Kernel> {
+    use super::half_vec::{CHUNK, narrow, widen};
+    use DType::{BF16, F16, F32};
+    // Reads elements `s..s + r.len()` of the input as f32.
+    fn get<S: HalfElem + bytemuck::Pod>(b: &Bufs<'_>, s: usize, r: &mut [f32]) {
+        widen(&b.input::<S>(0)[s..s + r.len()], r)
+    }
+    fn run<D: HalfElem + bytemuck::Pod>(get: fn(&Bufs<'_>, usize, &mut [f32])) -> Kernel {
+        Box::new(move |b: &Bufs<'_>| {
+            let mut buf = [0f32; CHUNK];
+            for (c, o) in b.output::<D>().chunks_mut(CHUNK).enumerate() {
+                let r = &mut buf[..o.len()];
+                get(b, c * CHUNK, r);
+                narrow(r, o);
+            }
+            Ok(())
+        })
+    }
+    let get: fn(&Bufs<'_>, usize, &mut [f32]) = match from {
+        F32 => |b, s, r| r.copy_from_slice(&b.input::<f32>(0)[s..s + r.len()]),
+        F16 => get::<f16>,
+        BF16 => get::<bf16>,
+        _ => return None,
+    };
+    match to {
+        F16 if from != F16 => Some(run::<f16>(get)),
+        BF16 if from != BF16 => Some(run::<bf16>(get)),
+        F32 if from != F32 => Some(Box::new(move |b: &Bufs<'_>| {
+            for (c, o) in b.output::<f32>().chunks_mut(CHUNK).enumerate() {
+                get(b, c * CHUNK, o);
+            }
+            Ok(())
+        })),
+        _ => None,
+    }
 }

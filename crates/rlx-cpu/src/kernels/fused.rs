@@ -67,6 +67,8 @@ fn fused(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let od = ctx.out_dims();
     let srcs: Vec<(Buf, Src)> = (0..ctx.ins.len()).map(|i| (Buf::In(i), src(&od, &ctx.in_dims(i)))).collect();
     let (program, n) = (f.program.clone(), od.iter().product());
+    // f16/bf16: the program runs in f32 on widened chunks (half_fused.rs).
+    super::half_fused::with_half!(ctx.out.dtype, H => return Ok(super::half_fused::build::<H>(program, srcs, n)), else {});
     with_float!(ctx.out.dtype, T => Ok(build::<T>(program, srcs, n)), else Err(unsupported(ctx)))
 }
 
@@ -87,6 +89,10 @@ fn fused_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         rlx_ir::DType::F64 if same => {
             return Ok(in_gemm::<f64>(super::matmul::geometry(ctx, &f.matmul), program, srcs));
         }
+        // f16/bf16: the epilogue runs on the half GEMM's f32 tiles before rounding.
+        dt if same => super::half_fused::with_half!(dt, H => {
+            return Ok(super::half_fused::in_gemm::<H>(super::matmul::geometry(ctx, &f.matmul), program, srcs));
+        }, else {}),
         _ => {}
     }
     let mm_op = Op::MatMul(f.matmul.clone());

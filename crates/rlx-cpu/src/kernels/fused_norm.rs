@@ -2,16 +2,17 @@
 //! into layer_norm / rms_norm. Each row of the prologue lives in per-task registers (L1), is
 //! normalized there and written once, so the sum is never stored and read back.
 
+use super::half_vec::{load, store};
 use super::math::{Compute, Real, SharedMut, avx2_fma};
 use super::nn::norm_simd;
-use super::rows::{RowSrc, region_row, row_src};
+use super::rows::{RowSrc, consts, region_row, row_src};
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
 use crate::with_float;
 use rlx_driver::KernelTable;
 use rlx_ir::ops::{Instr, NormKind};
-use rlx_ir::{Op, OpKind, Result};
+use rlx_ir::{Op, OpKind, Result, Scalar};
 use std::sync::Mutex;
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
@@ -40,34 +41,25 @@ struct Plan {
     layer: bool,
 }
 
-/// One task's scratch: the prologue's registers for one row, and the row in the compute type.
-struct Scratch<T, C> {
-    regs: Vec<T>,
-    row: Vec<C>,
-}
-
-fn build<T: Compute>(p: Plan) -> Kernel {
+fn build<T: Compute>(p: Plan) -> Kernel
+where
+    T::C: Scalar,
+{
     let Plan { program, srcs, rows, n, eps, layer } = p;
     let k = srcs.len();
     let tasks = if rows * n < (1 << 15) { 1 } else { (num_threads() * 4).min(rows).max(1) };
-    let zero = T::from_f64(0.0);
-    let scratch: Vec<Mutex<Scratch<T, T::C>>> = (0..tasks)
-        .map(|_| Mutex::new(Scratch { regs: vec![zero; program.len() * n], row: vec![T::C::ZERO; n] }))
-        .collect();
-    let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { zero }).collect();
+    // One task's scratch: the prologue's registers for one row, in the compute type.
+    let scratch: Vec<Mutex<Vec<T::C>>> = (0..tasks).map(|_| Mutex::new(vec![T::C::ZERO; program.len() * n])).collect();
+    let consts = consts::<T::C>(&program);
     let mut gb = vec![T::C::ZERO; 2 * n];
     let (simd, eps) = (avx2_fma(), T::C::from_f64(eps));
     let last = program.len() - 1;
     // The prologue inputs as (address, length), refilled each run without allocating.
     let mut addrs: Vec<(usize, usize)> = Vec::with_capacity(k);
     Box::new(move |b: &Bufs<'_>| {
-        for (g, x) in gb[..n].iter_mut().zip(b.input::<T>(k)) {
-            *g = x.load();
-        }
+        load(&b.input::<T>(k)[..n], &mut gb[..n]);
         if layer {
-            for (g, x) in gb[n..].iter_mut().zip(b.input::<T>(k + 1)) {
-                *g = x.load();
-            }
+            load(&b.input::<T>(k + 1)[..n], &mut gb[n..]);
         }
         let (gamma, beta) = gb.split_at(n);
         addrs.clear();
@@ -75,22 +67,16 @@ fn build<T: Compute>(p: Plan) -> Kernel {
         let addrs = &addrs;
         let y = SharedMut(b.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
-            let mut s = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
-            let Scratch { regs, row } = &mut *s;
+            let mut regs = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
             // SAFETY: the inputs are arena or param bytes that outlive the run; fused_norm never
             // runs in place, so nothing writes them meanwhile.
             let input = |i: usize| unsafe { std::slice::from_raw_parts(addrs[i].0 as *const T, addrs[i].1) };
             for r in (task * rows / tasks)..((task + 1) * rows / tasks) {
-                region_row(&program, &consts, &srcs, &input, regs, r, n);
-                for (c, &v) in row.iter_mut().zip(&regs[last * n..]) {
-                    *c = v.load();
-                }
+                region_row(&program, &consts, &srcs, &input, &mut regs, r, n);
+                let row = &mut regs[last * n..(last + 1) * n];
                 norm_simd::<T::C>(simd, row, gamma, beta, eps, layer);
                 // SAFETY: rows are disjoint, each task writes only its own rows.
-                let out = unsafe { y.slice(r * n, n) };
-                for (o, &v) in out.iter_mut().zip(row.iter()) {
-                    *o = T::store(v);
-                }
+                store(row, unsafe { y.slice(r * n, n) });
             }
         });
         Ok(())

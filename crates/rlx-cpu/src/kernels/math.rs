@@ -36,6 +36,8 @@ pub trait Real:
     fn sqrt(self) -> Self;
     /// From f64 (rounded).
     fn from_f64(v: f64) -> Self;
+    /// To f64 (exact).
+    fn to_f64(self) -> f64;
     /// `a * b + c`, fused when `FMA` (only set inside code compiled with the FMA feature).
     fn madd<const FMA: bool>(a: Self, b: Self, c: Self) -> Self;
     /// The larger of two values; NaN in `b` wins, so a NaN row stays NaN.
@@ -64,8 +66,13 @@ impl Real for f32 {
     fn sqrt(self) -> f32 {
         f32::sqrt(self)
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> f32 {
         v as f32
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self as f64
     }
     #[inline(always)]
     fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
@@ -92,8 +99,13 @@ impl Real for f64 {
     fn sqrt(self) -> f64 {
         f64::sqrt(self)
     }
+    #[inline(always)]
     fn from_f64(v: f64) -> f64 {
         v
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
     }
     #[inline(always)]
     fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {

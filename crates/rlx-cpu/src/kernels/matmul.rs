@@ -77,7 +77,7 @@ fn half_kernel<H: HalfElem + bytemuck::Pod>(geo: Geometry) -> Kernel {
     let mut cache = BCache::<f32>::default();
     Box::new(move |b: &Bufs<'_>| {
         let pb = cache.get_half(b.input_version(1), &geo, b.input::<H>(1));
-        half_packed::<H>(&geo, b.input::<H>(0), b.input::<H>(1), b.output::<H>(), pb);
+        half_packed::<H>(&geo, b.input::<H>(0), b.input::<H>(1), b.output::<H>(), pb, None);
         Ok(())
     })
 }
@@ -86,8 +86,16 @@ fn half_kernel<H: HalfElem + bytemuck::Pod>(geo: Geometry) -> Kernel {
 /// each batch (attention's many small heads).
 const HALF_BATCH_SPLIT_FLOPS: f64 = 4.0e6;
 
-/// One f16/bf16 GEMM per output batch (B from `packed_b` when packed ahead of time).
-fn half_packed<H: HalfElem>(geo: &Geometry, x: &[H], y: &[H], z: &mut [H], packed_b: Option<*const f32>) {
+/// One f16/bf16 GEMM per output batch (B from `packed_b` when packed ahead of time); `epi` gets
+/// each finished f32 run of the output `(first flat index, values)` before it is rounded.
+pub(super) fn half_packed<H: HalfElem>(
+    geo: &Geometry,
+    x: &[H],
+    y: &[H],
+    z: &mut [H],
+    packed_b: Option<*const f32>,
+    epi: Option<half::FlatEpilogue<'_>>,
+) {
     let Geometry { m, k, n, sa, sb, .. } = *geo;
     let (xp, yp, zp) = (x.as_ptr() as usize, y.as_ptr() as usize, z.as_mut_ptr() as usize);
     let pb = packed_b.map(|p| p as usize);
@@ -96,9 +104,11 @@ fn half_packed<H: HalfElem>(geo: &Geometry, x: &[H], y: &[H], z: &mut [H], packe
         let av = MatRef { ptr: (xp as *const H).wrapping_add(pa * m * k), rs: sa.0 as isize, cs: sa.1 as isize };
         let bv = MatRef { ptr: (yp as *const H).wrapping_add(pbi * k * n), rs: sb.0 as isize, cs: sb.1 as isize };
         let c = MatMut { ptr: (zp as *mut H).wrapping_add(bi * m * n), rs: n as isize };
+        let flat = |i: usize, j: usize, v: &mut [f32]| epi.map_or((), |f| f(bi * m * n + i * n + j, v));
+        let tile = epi.map(|_| &flat as half::TileEpilogue<'_>);
         // SAFETY: the buffers hold every batch's m*k, k*n and m*n elements; the strides address
         // only those; batches write disjoint parts of z; a packed B was packed from this B.
-        unsafe { half::gemm_src(m, n, k, av, bv, pb.map(|p| p as *const f32), c, threaded) };
+        unsafe { half::gemm_src_epi(m, n, k, av, bv, pb.map(|p| p as *const f32), c, threaded, tile) };
     };
     let flops = 2.0 * (m * n) as f64 * k as f64;
     let batches = geo.batches.len();
@@ -165,7 +175,12 @@ impl<T: GemmElem> BCache<T> {
 
 impl BCache<f32> {
     /// The widened, packed B of an f16/bf16 param, on the same schedule.
-    fn get_half<H: HalfElem>(&mut self, version: Option<u64>, geo: &Geometry, y: &[H]) -> Option<*const f32> {
+    pub(super) fn get_half<H: HalfElem>(
+        &mut self,
+        version: Option<u64>,
+        geo: &Geometry,
+        y: &[H],
+    ) -> Option<*const f32> {
         let (k, n) = (geo.k, geo.n);
         let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
         // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.

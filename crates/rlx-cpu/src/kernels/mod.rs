@@ -5,6 +5,8 @@ mod cross_entropy;
 mod elementwise;
 mod fused;
 mod fused_norm;
+mod half_fused;
+mod half_vec;
 mod indexing;
 mod math;
 mod matmul;
@@ -16,6 +18,10 @@ mod reduce;
 mod rows;
 mod stacked_matmul;
 mod vec32;
+
+/// Repacked quantized weights (one copy per param version): copies made, and bytes of their
+/// memory-mapped sources released from resident memory, since the process started.
+pub use quant::{released_bytes as quant_released_bytes, repacks as quant_repacks};
 
 use crate::exec::Bufs;
 use rlx_driver::KernelTable;

@@ -151,15 +151,11 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
         parallel_for(tasks, &|task| {
             let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
             for r in share(task, tasks, rows) {
-                for (v, &xi) in buf.iter_mut().zip(&x[r * n..(r + 1) * n]) {
-                    *v = xi.load();
-                }
+                // f16/bf16 rows are widened and narrowed with SIMD (half_vec.rs).
+                super::half_vec::load(&x[r * n..(r + 1) * n], &mut buf);
                 norm_simd::<T::C>(simd, &mut buf, gamma, beta, eps, layer);
                 // SAFETY: rows are disjoint, each task writes only its own rows.
-                let out = unsafe { y.slice(r * n, n) };
-                for (o, &v) in out.iter_mut().zip(buf.iter()) {
-                    *o = T::store(v);
-                }
+                super::half_vec::store(&buf, unsafe { y.slice(r * n, n) });
             }
         });
         Ok(())

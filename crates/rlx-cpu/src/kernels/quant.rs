@@ -3,27 +3,34 @@
 //! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
 //! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2 or portable int8 dot
 //! products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
-//! Decode (one row) splits the output features over threads; Q4_K and Q6_K weights that are
-//! params are repacked once per version into interleaved eight-row groups (`repack.rs`, a second
-//! copy of the weights, ~1.03x their size; `RLX_QUANT_REPACK=0`: none). Prefill (m > 1) quantizes each
-//! activation row once and runs a batched int8 matmul (`gemm.rs`): weight rows unpacked once into
-//! a small tile that every activation row reuses.
+//! Q4_K, Q5_K, Q6_K and Q8_0 weights that are params are repacked once per version into
+//! interleaved eight-row groups (`repack.rs`, 1.0-1.03x their size), one copy shared by every
+//! kernel and graph (`packed.rs`), and the source pages of a memory-mapped file are then
+//! released; decode (`x8.rs`) and prefill (`x8gemm.rs`, MR activation rows per pass over a group;
+//! Q8_0: `x8q80.rs`) read only that copy (`RLX_QUANT_REPACK=0`: none). Other weights: decode
+//! splits the rows over threads; prefill quantizes each activation row once and runs a batched
+//! int8 matmul (`gemm.rs`): weight rows unpacked once into a tile every activation row reuses.
 
 #[cfg(target_arch = "x86_64")]
 mod blocks4;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
+mod packed;
 mod repack;
 #[cfg(target_arch = "x86_64")]
 mod x8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x8gemm;
+mod x8q80;
 
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::exec::Bufs;
 use crate::threads::parallel_for;
 use dot::{Q8K, Q80};
+pub use packed::{released_bytes, repacks};
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, Error, Op, OpKind, QuantScheme, Result};
 
@@ -193,6 +200,13 @@ struct BuiltQMatMul {
 impl BuiltQMatMul {
     fn kernel(self) -> Result<Kernel> {
         let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        if repacked(scheme, isa) {
+            return Ok(match (scheme, m) {
+                (QuantScheme::Q8_0, _) => self.repacked_q80_kernel(),
+                (_, 1) => self.repacked_kernel(),
+                _ => self.repacked_batched_kernel(),
+            });
+        }
         if m > 1 && batched(scheme, isa) {
             return Ok(self.batched_kernel());
         }
@@ -258,14 +272,14 @@ impl BuiltQMatMul {
         let Some(RowDot::K(f)) = row_dot(scheme, isa) else { unreachable!("repacked schemes are K-quants") };
         let mut act = vec![Q8K::default(); k / 256];
         let mut ps = vec![[0i32; 4]; k / 256];
-        let mut cache = repack::Cache::new(scheme, n, k);
+        let mut shared = packed::Shared::new(scheme, n, k);
         Box::new(move |b: &Bufs<'_>| {
             dot::quantize_q8k(b.input::<f32>(0), &mut act);
             let y = OutPtr(b.output::<f32>().as_mut_ptr());
             let w = b.input::<u8>(1);
-            match cache.get(b.input_version(1), w) {
+            match shared.get(b.input_version(1), w) {
                 Some(packed) => {
-                    if scheme == QuantScheme::Q4_K {
+                    if scheme != QuantScheme::Q6_K {
                         repack::pair_sums(&act, &mut ps);
                     }
                     repack::matvec(isa, scheme, packed, &act, &ps, n, k, y);
@@ -279,6 +293,33 @@ impl BuiltQMatMul {
 
 #[cfg(target_arch = "x86_64")]
 impl BuiltQMatMul {
+    /// The prefill kernel over the repacked copy (the decode kernels' copy, shared); weights that
+    /// are not params take the batched kernel on the original layout.
+    fn repacked_batched_kernel(self) -> Kernel {
+        let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        let mut act = vec![Q8K::default(); m * k / 256];
+        let mut ps = vec![[0i32; 4]; if scheme == QuantScheme::Q6_K { 0 } else { m * k / 256 }];
+        let mut shared = packed::Shared::new(scheme, n, k);
+        let mut scratch = gemm::Scratch::new(m, k);
+        Box::new(move |b: &Bufs<'_>| {
+            for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                dot::quantize_q8k(x, a);
+            }
+            let y = OutPtr(b.output::<f32>().as_mut_ptr());
+            let w = b.input::<u8>(1);
+            match shared.get(b.input_version(1), w) {
+                Some(packed) => {
+                    if scheme != QuantScheme::Q6_K {
+                        repack::pair_sums(&act, &mut ps);
+                    }
+                    x8gemm::gemm(isa, scheme, packed, &act, &ps, (m, k), n, y);
+                }
+                None => gemm::gemm_k(isa, scheme, &act, (m, k), w, rb, n, y, &mut scratch),
+            }
+            Ok(())
+        })
+    }
+
     /// The batched (prefill) kernel: activations quantized once per row, weight rows unpacked
     /// once per call into tiles that every activation row reuses.
     fn batched_kernel(self) -> Kernel {
@@ -309,8 +350,43 @@ impl BuiltQMatMul {
     }
 }
 
+impl BuiltQMatMul {
+    /// Q8_0 decode and prefill over the shared repacked copy (`x8q80.rs`); weights that are not
+    /// params take the row path (prefill: the batched kernel where there is one).
+    fn repacked_q80_kernel(self) -> Kernel {
+        let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
+        let Some(RowDot::Z(f)) = row_dot(scheme, isa) else { unreachable!("Q8_0 has a row dot product") };
+        let mut act = vec![Q80::default(); m * k / 32];
+        let mut shared = packed::Shared::new(scheme, n, k);
+        #[cfg(target_arch = "x86_64")]
+        let scratch = (m > 1 && batched(scheme, isa)).then(|| gemm::Scratch::new(m, k));
+        Box::new(move |b: &Bufs<'_>| {
+            for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                dot::quantize_q80(x, a);
+            }
+            let y = OutPtr(b.output::<f32>().as_mut_ptr());
+            let w = b.input::<u8>(1);
+            if let Some(packed) = shared.get(b.input_version(1), w) {
+                x8q80::gemm(isa, packed, &act, (m, k), n, y);
+                return Ok(());
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(scratch) = &scratch {
+                gemm::gemm_0(isa, scheme, &act, (m, k), w, rb, n, y, scratch);
+                return Ok(());
+            }
+            matmul_rows(&act, k / 32, w, rb, n, y, f);
+            Ok(())
+        })
+    }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 impl BuiltQMatMul {
+    fn repacked_batched_kernel(self) -> Kernel {
+        unreachable!("no repacked kernel off x86_64")
+    }
+
     fn batched_kernel(self) -> Kernel {
         unreachable!("no batched quantized kernel off x86_64")
     }

@@ -1,8 +1,9 @@
 //! Reductions (sum, mean, max, min, prod), argmax, and reductions of an elementwise region
 //! (`fused_reduce`). Floats accumulate in f64, ints in i64.
 
+use super::half_vec::{CHUNK, is_half, widen_any};
 use super::math::{Compute, SharedMut};
-use super::rows::{RowSrc, region_row, row_src};
+use super::rows::{RowSrc, consts, region_row, row_src};
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
@@ -13,7 +14,7 @@ use rlx_ir::ops::reduce::reduce_index_map;
 use rlx_ir::ops::util::unravel;
 use rlx_ir::ops::{Instr, ReduceKind};
 use rlx_ir::shape::{normalize_axes, normalize_axis};
-use rlx_ir::{Error, Op, OpKind, Result};
+use rlx_ir::{Error, Op, OpKind, Result, Scalar};
 use std::sync::Mutex;
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
@@ -151,11 +152,14 @@ fn strided_with<T: FloatElem>(
                     continue;
                 }
                 let w = COLS.min(inner - c0);
-                let mut acc = [kind.init(); COLS];
+                let (mut acc, mut wide) = ([kind.init(); COLS], [0f32; COLS]);
                 for r in 0..red {
                     let row = &x[(o * red + r) * inner + c0..][..w];
-                    for (a, v) in acc[..w].iter_mut().zip(row) {
-                        *a = combine(*a, v.to_f64());
+                    // f16/bf16 rows are widened with SIMD first.
+                    if widen_any(row, &mut wide[..w]) {
+                        acc[..w].iter_mut().zip(&wide[..w]).for_each(|(a, &v)| *a = combine(*a, v as f64));
+                    } else {
+                        acc[..w].iter_mut().zip(row).for_each(|(a, v)| *a = combine(*a, v.to_f64()));
                     }
                 }
                 for (i, &a) in acc[..w].iter().enumerate() {
@@ -168,22 +172,45 @@ fn strided_with<T: FloatElem>(
     })
 }
 
-/// One contiguous row, eight lanes at a time (sum-like kinds vectorize; max/min keep NaN).
+/// One contiguous row, eight lanes at a time (sum-like kinds vectorize; max/min keep NaN);
+/// f16/bf16 rows are widened to f32 a chunk at a time with SIMD.
 #[inline]
 fn reduce_row<T: FloatElem>(row: &[T], init: f64, combine: impl Fn(f64, f64) -> f64) -> f64 {
     let mut lanes = [init; 8];
-    let chunks = row.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, v) in lanes.iter_mut().zip(c) {
-            *a = combine(*a, v.to_f64());
+    let mut acc = init;
+    if is_half::<T>() {
+        let mut buf = [0f32; CHUNK];
+        for c in row.chunks(CHUNK) {
+            let b = &mut buf[..c.len()];
+            widen_any(c, b);
+            for &v in fold8(&mut lanes, b, |v| v as f64, &combine) {
+                acc = combine(acc, v as f64);
+            }
+        }
+    } else {
+        for v in fold8(&mut lanes, row, T::to_f64, &combine) {
+            acc = combine(acc, v.to_f64());
         }
     }
-    let mut acc = init;
-    for v in lanes.into_iter().chain(tail.iter().map(|v| v.to_f64())) {
-        acc = combine(acc, v);
+    lanes.into_iter().fold(acc, combine)
+}
+
+/// Folds the whole groups of eight of `v` into `lanes`; returns the remainder.
+#[inline(always)]
+fn fold8<'v, V: Copy>(
+    lanes: &mut [f64; 8],
+    v: &'v [V],
+    wide: impl Fn(V) -> f64,
+    combine: &impl Fn(f64, f64) -> f64,
+) -> &'v [V] {
+    let chunks = v.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            *a = combine(*a, wide(x));
+        }
     }
-    acc
+    tail
 }
 
 /// `fused_reduce` over trailing axes: each task evaluates the region one row at a time into its
@@ -206,8 +233,8 @@ fn fused_reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         let n_out = ctx.out.numel().unwrap_or(0);
         return with_float!(ctx.out.dtype, T => {
             let numel = od.iter().product::<usize>();
-            let mut regs = vec![T::from_f64(0.0); program.len() * numel];
-            let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { T::from_f64(0.0) }).collect();
+            let mut regs = vec![<<T as Compute>::C as super::math::Real>::ZERO; program.len() * numel];
+            let consts = consts::<<T as Compute>::C>(&program);
             let mut acc = vec![0.0f64; n_out];
             let last = program.len() - 1;
             Ok(Box::new(move |b: &Bufs<'_>| {
@@ -236,11 +263,15 @@ fn fused_reduce_kernel<T: Compute>(
     rows: usize,
     n: usize,
     kind: ReduceKind,
-) -> Kernel {
+) -> Kernel
+where
+    T::C: Scalar + FloatElem,
+{
     let tasks = if rows * n < (1 << 15) { 1 } else { (num_threads() * 4).min(rows).max(1) };
-    let zero = T::from_f64(0.0);
-    let scratch: Vec<Mutex<Vec<T>>> = (0..tasks).map(|_| Mutex::new(vec![zero; program.len() * n])).collect();
-    let consts: Vec<T> = program.iter().map(|i| if let Instr::Const(c) = *i { T::from_f64(c) } else { zero }).collect();
+    // Registers in the compute type: f16/bf16 regions run in f32.
+    let scratch: Vec<Mutex<Vec<T::C>>> =
+        (0..tasks).map(|_| Mutex::new(vec![<T::C as super::math::Real>::ZERO; program.len() * n])).collect();
+    let consts = consts::<T::C>(&program);
     let last = program.len() - 1;
     let scale = if kind == ReduceKind::Mean { 1.0 / n as f64 } else { 1.0 };
     // The region inputs as (address, length), refilled each run without allocating.

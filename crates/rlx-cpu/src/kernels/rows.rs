@@ -1,7 +1,9 @@
 //! Elementwise regions evaluated one row at a time (the rows of a reduction or a norm), shared
-//! by the `fused_reduce` and `fused_norm` kernels.
+//! by the `fused_reduce` and `fused_norm` kernels. Registers hold the compute type.
 
-use super::math::Compute;
+use super::half_vec::load;
+use super::math::{Compute, Real};
+use rlx_ir::Scalar;
 use rlx_ir::ops::Instr;
 use rlx_ir::ops::util::broadcast_index_map;
 
@@ -37,33 +39,36 @@ pub(super) fn row_src(od: &[usize], d: &[usize], k: usize) -> RowSrc {
     }
 }
 
-/// Runs the region over row `r`: register `j` holds instruction `j`'s row.
+/// Runs the region over row `r` in the compute type (f32 for f16/bf16 storage, whose inputs are
+/// widened with SIMD): register `j` holds instruction `j`'s row.
 pub(super) fn region_row<'a, T: Compute>(
     program: &[Instr],
-    consts: &[T],
+    consts: &[T::C],
     srcs: &[RowSrc],
     input: &dyn Fn(usize) -> &'a [T],
-    regs: &mut [T],
+    regs: &mut [T::C],
     r: usize,
     n: usize,
-) {
+) where
+    T::C: Scalar,
+{
     for (j, instr) in program.iter().enumerate() {
         let (done, rest) = regs.split_at_mut(j * n);
         let out = &mut rest[..n];
         let reg = |a: usize| &done[a * n..(a + 1) * n];
         match *instr {
             Instr::Input(i) => match &srcs[i] {
-                RowSrc::Same => out.copy_from_slice(&input(i)[r * n..(r + 1) * n]),
-                RowSrc::Splat => out.fill(input(i)[0]),
-                RowSrc::Vector => out.copy_from_slice(&input(i)[..n]),
-                RowSrc::PerRow => out.fill(input(i)[r]),
+                RowSrc::Same => load(&input(i)[r * n..(r + 1) * n], out),
+                RowSrc::Splat => out.fill(input(i)[0].load()),
+                RowSrc::Vector => load(&input(i)[..n], out),
+                RowSrc::PerRow => out.fill(input(i)[r].load()),
                 RowSrc::Map(m) => {
                     let x = input(i);
-                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize])
+                    out.iter_mut().zip(&m[r * n..(r + 1) * n]).for_each(|(o, &e)| *o = x[e as usize].load())
                 }
             },
             Instr::Const(_) => out.fill(consts[j]),
-            // f32 runs the vectorized loops of vec32.rs; other dtypes evaluate the expression.
+            // f32 runs the vectorized loops of vec32.rs; f64 evaluates the expression.
             Instr::Unary(u, a) if !super::vec32::unary(u, reg(a), out) => {
                 out.iter_mut().zip(reg(a)).for_each(|(o, &x)| *o = u.eval(x))
             }
@@ -73,4 +78,9 @@ pub(super) fn region_row<'a, T: Compute>(
             Instr::Unary(..) | Instr::Binary(..) => {}
         }
     }
+}
+
+/// The program's constants in the compute type (zero for other instructions).
+pub(super) fn consts<C: Real>(program: &[Instr]) -> Vec<C> {
+    program.iter().map(|i| C::from_f64(if let Instr::Const(c) = *i { c } else { 0.0 })).collect()
 }

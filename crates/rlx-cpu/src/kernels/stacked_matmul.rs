@@ -15,6 +15,8 @@ use rlx_driver::KernelTable;
 use rlx_ir::{DType, Op, OpKind, Result};
 use std::sync::Mutex;
 
+mod combine;
+
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::StackedMatMul, &[DType::F32, DType::F64], stacked_matmul);
 }
@@ -49,6 +51,9 @@ fn stacked_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let n = if op.transpose_b { wd[0] } else { wd[1] };
     let sb = if op.transpose_b { (1, k) } else { (n, 1) };
     let geo = Geo { groups: op.groups, rows: xd[..xd.len() - 1].iter().product(), k, n, sb, extras: e };
+    if op.combine {
+        return combine::kernel(ctx, op, geo);
+    }
     // The epilogue sees one group's output: Input(0) is the product, Input(i) extra i - 1.
     let gd = &od[1..];
     let extras = op.group_inputs(0, e).1;
@@ -94,8 +99,16 @@ impl<T: GemmElem> Packed<T> {
     }
 }
 
-/// The task grid: rows per block and micro-panels per column block.
+/// The task grid on the pool's threads (`grid_on`).
 fn grid<T: GemmElem>(geo: &Geo) -> (usize, usize) {
+    grid_on::<T>(geo, threads::num_threads())
+}
+
+/// The task grid on `threads` threads: rows per block and micro-panels per column block. The
+/// column blocks are sized so that every thread gets the same number of panels when it can
+/// (3 groups of 12 panels on 2 threads: 12 tasks of 3, not 9 of 4, which idle one thread for
+/// a whole task), near 4 panels each, and at most `MAX_TASKS` tasks.
+fn grid_on<T: GemmElem>(geo: &Geo, threads: usize) -> (usize, usize) {
     let (mr, nr) = (T::kernel().mr, T::kernel().nr);
     let size = std::mem::size_of::<T>();
     let rb = if geo.rows * geo.k * size <= 2 * A_BLOCK_BYTES {
@@ -103,12 +116,15 @@ fn grid<T: GemmElem>(geo: &Geo) -> (usize, usize) {
     } else {
         (A_BLOCK_BYTES / (geo.k.max(1) * size) / mr).max(1) * mr
     };
-    let (row_blocks, tiles) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr));
-    let mut cw = 4;
-    while geo.groups * row_blocks * tiles.div_ceil(cw) > MAX_TASKS && cw < tiles {
-        cw *= 2;
-    }
-    (rb, cw)
+    let (row_blocks, tiles) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).max(1));
+    // The busiest thread's panels (tasks claimed in rounds), then the distance from 4 panels.
+    let cost = |cw: usize| {
+        let tasks = geo.groups * row_blocks * tiles.div_ceil(cw);
+        (tasks.div_ceil(threads.max(1)) * cw, cw.abs_diff(4))
+    };
+    let fits = |cw: &usize| geo.groups * row_blocks * tiles.div_ceil(*cw) <= MAX_TASKS;
+    let cw = (1..=tiles).filter(fits).min_by_key(|&cw| cost(cw));
+    (rb, cw.unwrap_or(tiles))
 }
 
 fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
@@ -198,19 +214,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grid_covers_the_output_with_bounded_tasks() {
-        for &(groups, rows, k, n) in &[(3, 128, 384, 384), (3, 1024, 384, 384), (2, 1, 896, 4864), (3, 7, 5, 17)] {
-            let geo = Geo { groups, rows, k, n, sb: (n, 1), extras: 0 };
-            let (rb, cw) = grid::<f32>(&geo);
-            let nr = f32::kernel().nr;
-            let tasks = groups * rows.div_ceil(rb) * n.div_ceil(nr).div_ceil(cw);
-            assert!(rb >= 1 && cw >= 1, "{rb} {cw}");
-            assert!(
-                tasks <= MAX_TASKS || cw >= n.div_ceil(nr),
-                "{tasks} tasks for {geo:?}",
-                geo = (groups, rows, k, n)
-            );
-            assert!(rows.div_ceil(rb) * rb >= rows && n.div_ceil(nr).div_ceil(cw) * cw * nr >= n);
+    fn grid_covers_the_output_with_bounded_balanced_tasks() {
+        let shapes = [(3, 128, 384, 384), (3, 1024, 384, 384), (2, 1, 896, 4864), (3, 7, 5, 17), (3, 128, 384, 1152)];
+        for &(groups, rows, k, n) in &shapes {
+            for threads in [1, 2, 3, 4] {
+                let geo = Geo { groups, rows, k, n, sb: (n, 1), extras: 0 };
+                let (rb, cw) = grid_on::<f32>(&geo, threads);
+                let nr = f32::kernel().nr;
+                let tiles = n.div_ceil(nr);
+                let tasks = groups * rows.div_ceil(rb) * tiles.div_ceil(cw);
+                let what = (groups, rows, k, n, threads, rb, cw);
+                assert!(rb >= 1 && cw >= 1, "{what:?}");
+                assert!(tasks <= MAX_TASKS || cw >= tiles, "{tasks} tasks for {what:?}");
+                assert!(rows.div_ceil(rb) * rb >= rows && tiles.div_ceil(cw) * cw * nr >= n, "{what:?}");
+                // Work in whole panels per thread: no worse than one task's width above even.
+                let total = groups * rows.div_ceil(rb) * tiles;
+                let busiest = tasks.div_ceil(threads) * cw;
+                assert!(busiest <= total.div_ceil(threads) + cw, "{what:?}: {busiest} of {total}");
+            }
         }
+        // MiniLM's QKV on two threads: every thread gets exactly half of the panels.
+        let geo = Geo { groups: 3, rows: 128, k: 384, n: 384, sb: (384, 1), extras: 0 };
+        let (_, cw) = grid_on::<f32>(&geo, 2);
+        let tiles = 384usize.div_ceil(f32::kernel().nr);
+        assert_eq!((3 * tiles.div_ceil(cw)) % 2, 0, "cw {cw}");
     }
 }

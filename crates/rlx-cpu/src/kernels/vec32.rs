@@ -2,6 +2,8 @@
 //! them, evaluated on `V32`: an f32 whose exp, tanh and erf are branch-free polynomials (so the
 //! loops vectorize), compiled for AVX2+FMA when the CPU has it.
 
+pub(crate) mod simd8;
+
 use super::math::{avx2_fma, exp_f32};
 use rlx_ir::Scalar;
 use rlx_ir::ops::{BinaryKind, UnaryKind};
@@ -164,8 +166,16 @@ crate::simd_entry!(unary_simd = unary_body<>(u: UnaryKind, x: &[f32], out: &mut 
 crate::simd_entry!(binary_simd = binary_body<>(op: BinaryKind, a: &[f32], b: &[f32], out: &mut [f32]));
 
 /// One loop per hot op, so that its expression is inlined and vectorized; others run `eval`.
+/// With AVX2 + FMA, erf, tanh and the GELUs run hand-written 8-lane loops (`simd8.rs`).
 #[inline(always)]
 fn unary_body<const FMA: bool>(u: UnaryKind, x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: FMA is only set inside code compiled for AVX2 + FMA on a CPU that has them.
+        if unsafe { simd8::unary(u, x, out) } {
+            return;
+        }
+    }
     macro_rules! each {
         ($($k:ident),*) => {
             match u {

@@ -90,6 +90,8 @@ impl LlmModel {
 
     /// Reads every page of the weights once (the file is memory-mapped: pages load on first
     /// touch), calling `progress(done, total)` in bytes; keeps page faults out of timed runs.
+    /// Call it before `prepare`: the CPU backend repacks K-quant weights there and releases
+    /// their file pages, which this would read back in.
     pub fn warm_weights(&self, mut progress: impl FnMut(u64, u64)) {
         let params = self.weights.params();
         let total: u64 = params.iter().map(|p| self.weights.bytes(p).len() as u64).sum();

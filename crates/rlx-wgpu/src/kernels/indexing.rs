@@ -1,7 +1,9 @@
 //! Ops indexed by values: gather (with device-side range checks reported through the status
 //! words) and rope (positions from an integer tensor, frequencies computed on the host in f64).
 
-use super::{Bind, Ctx, Dispatch, F32_AND_INDEX, Kernel, Plan, WG, decls, groups_for, module};
+use super::{
+    Bind, Ctx, Dispatch, FLOAT_AND_INDEX, Kernel, Plan, WG, decls, float_ty, groups_for, is_float, module, store_fn,
+};
 use crate::wexpr::literal;
 use rlx_driver::KernelTable;
 use rlx_ir::ops::rope::rope_inv_freq;
@@ -9,14 +11,14 @@ use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
     t.register(OpKind::Gather, GATHER, Kernel { build: gather, accepts: gather_ok });
-    t.register(OpKind::ScatterAdd, F32_AND_INDEX, Kernel { build: scatter_add, accepts: scatter_ok });
-    t.register(OpKind::Rope, F32_AND_INDEX, Kernel { build: rope, accepts: f32_data_int_index });
+    t.register(OpKind::ScatterAdd, FLOAT_AND_INDEX, Kernel { build: scatter_add, accepts: scatter_ok });
+    t.register(OpKind::Rope, FLOAT_AND_INDEX, Kernel { build: rope, accepts: float_data_int_index });
     t.register(OpKind::DynamicSlice, WORDS, Kernel { build: dynamic, accepts: dynamic_ok });
     t.register(OpKind::DynamicUpdateSlice, WORDS, Kernel { build: dynamic, accepts: dynamic_ok });
 }
 
 /// Dtypes stored as whole 32-bit words (i64 as two), moved by word copies.
-const WORDS: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool];
+const WORDS: &[DType] = &[DType::F32, DType::BF16, DType::I32, DType::U32, DType::I64, DType::Bool];
 
 /// Data in a word dtype, the start an integer scalar.
 fn dynamic_ok(ctx: &Ctx<'_>) -> bool {
@@ -79,21 +81,24 @@ fn dynamic(ctx: &Ctx<'_>) -> Result<Plan> {
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds }]))
 }
 
-/// Data and output in f32; the second input holds i32, u32 or i64 indices.
-fn f32_data_int_index(ctx: &Ctx<'_>) -> bool {
-    ctx.out.dtype == DType::F32 && ctx.ins[0].dtype == DType::F32 && ctx.ins[1].dtype != DType::F32
+/// Data and output in one float dtype; the second input holds i32, u32 or i64 indices.
+fn float_data_int_index(ctx: &Ctx<'_>) -> bool {
+    is_float(ctx.out.dtype)
+        && ctx.ins[0].dtype == ctx.out.dtype
+        && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32)
 }
 
-/// f32 or i32 target and updates, integer indices.
+/// Float or i32 target and updates, integer indices.
 fn scatter_ok(ctx: &Ctx<'_>) -> bool {
-    matches!(ctx.out.dtype, DType::F32 | DType::I32)
+    (is_float(ctx.out.dtype) || ctx.out.dtype == DType::I32)
         && ctx.ins[0].dtype == ctx.out.dtype
         && ctx.ins[2].dtype == ctx.out.dtype
         && matches!(ctx.ins[1].dtype, DType::I32 | DType::I64 | DType::U32)
 }
 
 /// Data and indices of gather: word dtypes, and u8 indices (packed bytes).
-const GATHER: &[DType] = &[DType::F32, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8, DType::I8];
+const GATHER: &[DType] =
+    &[DType::F32, DType::BF16, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8, DType::I8];
 
 /// Data in a word or byte dtype; indices i32, i64, u32 or u8.
 fn gather_ok(ctx: &Ctx<'_>) -> bool {
@@ -176,19 +181,21 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
     let inner: usize = td[a + 1..].iter().product();
     let nidx: usize = ctx.in_dims(1).iter().product();
     let n = ctx.out_numel();
-    let t = if ctx.out.dtype == DType::I32 { "i32" } else { "f32" };
+    // Floats sum in f32 and round once at the store.
+    let int = ctx.out.dtype == DType::I32;
+    let (t, io, st) = if int { ("i32", "i32", "") } else { ("f32", float_ty(ctx.out.dtype), store_fn(ctx.out.dtype)) };
     let body = format!(
         "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
          let q = i % {inner}u;\nlet t = (i / {inner}u) % {dim}u;\nlet o = i / {ti};\n\
-         var acc: {t} = x[i];\n\
+         var acc: {t} = {t}(x[i]);\n\
          for (var p: u32 = 0u; p < {nidx}u; p = p + 1u) {{\n{read}{check}\
-           if (lo == t) {{ acc = acc + u[(o * {nidx}u + p) * {inner}u + q]; }}\n}}\n\
-         out[i] = acc;",
+           if (lo == t) {{ acc = acc + {t}(u[(o * {nidx}u + p) * {inner}u + q]); }}\n}}\n\
+         out[i] = {st}(acc);",
         ti = inner * dim,
         read = read_index(ctx.ins[1].dtype, "p"),
         check = check(dim, ctx.node, "continue;"),
     );
-    let d = decls(&[("x", t, false), ("ix", "u32", false), ("u", t, false), ("out", t, true)]);
+    let d = decls(&[("x", io, false), ("ix", "u32", false), ("u", io, false), ("out", io, true)]);
     let d = d + "@group(0) @binding(4) var<storage, read_write> status: array<atomic<u32>>;\n";
     let groups = groups_for(n);
     let wgsl = module(&d, "", WG, groups, &body);
@@ -210,11 +217,13 @@ fn rope(ctx: &Ctx<'_>) -> Result<Plan> {
          let c = i % {d}u;\nlet row = i / {d}u;\nlet sp = row % {s}u;\n{read}\
          let pos = f32(bitcast<i32>(hi)) * 4294967296.0 + f32(lo);\n\
          let k = c % {half}u;\nlet ang = pos * FREQ[k];\nlet cs = cos(ang);\nlet sn = sin(ang);\n\
-         let x1 = x[row * {d}u + k];\nlet x2 = x[row * {d}u + k + {half}u];\n\
-         out[i] = select(x2 * cs + x1 * sn, x1 * cs - x2 * sn, c < {half}u);",
+         let x1 = f32(x[row * {d}u + k]);\nlet x2 = f32(x[row * {d}u + k + {half}u]);\n\
+         out[i] = {st}(select(x2 * cs + x1 * sn, x1 * cs - x2 * sn, c < {half}u));",
         read = read_index(ctx.ins[1].dtype, "sp"),
+        st = store_fn(ctx.out.dtype),
     );
-    let d = decls(&[("x", "f32", false), ("ix", "u32", false), ("out", "f32", true)]);
+    let io = float_ty(ctx.out.dtype);
+    let d = decls(&[("x", io, false), ("ix", "u32", false), ("out", io, true)]);
     let groups = groups_for(n);
     let wgsl = module(&d, &extra, WG, groups, &body);
     let binds = vec![Bind::Input(0), Bind::Input(1), Bind::Output];

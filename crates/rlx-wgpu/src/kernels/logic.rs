@@ -7,10 +7,10 @@ use rlx_ir::ops::{CompareKind, TopKOutput};
 use rlx_ir::{DType, Op, OpKind, Result};
 
 /// Dtypes of compare, where and top_k nodes.
-const LOGIC: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::U32, DType::I64, DType::Bool];
+const LOGIC: &[DType] = &[DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I64, DType::Bool];
 /// Dtypes casts convert among (bytes packed four to a word).
 const CASTS: &[DType] =
-    &[DType::F32, DType::F16, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8, DType::I8];
+    &[DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I64, DType::Bool, DType::U8, DType::I8];
 
 /// Casts involving f16 need shader-f16 on the device.
 fn cast_ok(ctx: &Ctx<'_>) -> bool {
@@ -26,7 +26,8 @@ pub(super) fn register(t: &mut KernelTable<Kernel>) {
 }
 
 fn compare_ok(ctx: &Ctx<'_>) -> bool {
-    ctx.out.dtype == DType::Bool && matches!(ctx.ins[0].dtype, DType::F32 | DType::I32 | DType::U32 | DType::I64)
+    ctx.out.dtype == DType::Bool
+        && matches!(ctx.ins[0].dtype, DType::F32 | DType::BF16 | DType::I32 | DType::U32 | DType::I64)
 }
 
 fn where_ok(ctx: &Ctx<'_>) -> bool {
@@ -34,7 +35,7 @@ fn where_ok(ctx: &Ctx<'_>) -> bool {
 }
 
 fn top_k_ok(ctx: &Ctx<'_>) -> bool {
-    matches!(ctx.ins[0].dtype, DType::F32 | DType::I32 | DType::I64)
+    matches!(ctx.ins[0].dtype, DType::F32 | DType::BF16 | DType::I32 | DType::I64)
 }
 
 /// Broadcast offset variables `o{i}` of every input for output element `i`.
@@ -188,7 +189,7 @@ fn cast(ctx: &Ctx<'_>) -> Result<Plan> {
         return Ok(Plan::Copy);
     }
     let src = match from {
-        DType::F32 | DType::F16 => "let f = f32(x[e]);\nlet iv = rlx_f2i64(f);",
+        DType::F32 | DType::F16 | DType::BF16 => "let f = f32(x[e]);\nlet iv = rlx_f2i64(f);",
         DType::I32 => "let lo = x[e];\nlet iv = vec2<u32>(lo, select(0u, 0xffffffffu, (lo & 0x80000000u) != 0u));",
         DType::U32 | DType::Bool => "let iv = vec2<u32>(x[e], 0u);",
         DType::I64 => "let iv = vec2<u32>(x[2u * e], x[2u * e + 1u]);",
@@ -199,11 +200,12 @@ fn cast(ctx: &Ctx<'_>) -> Result<Plan> {
         }
         _ => return Err(super::unsupported(ctx, "no WGSL for this source dtype")),
     };
-    let float_from = matches!(from, DType::F32 | DType::F16);
+    let float_from = matches!(from, DType::F32 | DType::F16 | DType::BF16);
     let fl = if float_from { "" } else { "let f = rlx_i64_f32(iv);" };
     let write = match to {
         DType::F32 => "out[e] = f;",
         DType::F16 => "out[e] = rlx_to_f16(f);",
+        DType::BF16 => "out[e] = rlx_round_bf(f);",
         DType::I32 | DType::U32 => "out[e] = iv.x;",
         DType::I64 => "out[2u * e] = iv.x;\nout[2u * e + 1u] = iv.y;",
         // NaN is true, written out: some drivers compare != as ordered.

@@ -15,11 +15,15 @@ use rlx_ir::ops::{Fused, Instr};
 use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
-    t.register(OpKind::MatMul, &[DType::F32, DType::F16, DType::I32], Kernel { build: matmul, accepts: matmul_ok });
+    t.register(
+        OpKind::MatMul,
+        &[DType::F32, DType::F16, DType::BF16, DType::I32],
+        Kernel { build: matmul, accepts: matmul_ok },
+    );
     t.register(OpKind::FusedMatMul, FLOATS, Kernel { build: matmul, accepts: same_float });
 }
 
-/// f32, f16 (with shader-f16) or i32 operands of one dtype.
+/// f32, bf16, f16 (with shader-f16) or i32 operands of one dtype.
 fn matmul_ok(ctx: &Ctx<'_>) -> bool {
     same_float(ctx) || ctx.ins.iter().chain([&ctx.out]).all(|s| s.dtype == DType::I32)
 }

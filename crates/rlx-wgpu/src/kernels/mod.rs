@@ -15,15 +15,16 @@ use rlx_ir::{DType, Op, Result, Shape};
 
 /// Element dtypes every kernel computes in.
 pub const F32: &[DType] = &[DType::F32];
-/// f32, and f16 where the device has shader-f16 (kernels compute in f32 and store f16).
-pub const FLOATS: &[DType] = &[DType::F32, DType::F16];
+/// f32, f16 where the device has shader-f16, and bf16 (emulated: f32 words holding bf16
+/// values). Kernels compute in f32 and round at the store.
+pub const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 
 /// Accepts nodes whose inputs and output share one float dtype the device computes with.
 pub fn same_float(ctx: &Ctx<'_>) -> bool {
     is_float(ctx.out.dtype) && ctx.ins.iter().all(|s| s.dtype == ctx.out.dtype)
 }
-/// f32 data with integer indices or positions (gather, rope).
-pub const F32_AND_INDEX: &[DType] = &[DType::F32, DType::I32, DType::I64, DType::U32];
+/// Float data with integer indices or positions (scatter_add, rope).
+pub const FLOAT_AND_INDEX: &[DType] = &[DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U32];
 
 /// What a kernel builder sees: the op, its static input and output types, and its node id.
 pub struct Ctx<'a> {
@@ -95,11 +96,6 @@ pub struct Kernel {
     pub accepts: fn(&Ctx<'_>) -> bool,
 }
 
-/// Accepts what the table's dtypes accept.
-pub fn any(_: &Ctx<'_>) -> bool {
-    true
-}
-
 /// The wgpu kernel table.
 pub fn table() -> KernelTable<Kernel> {
     let mut t = KernelTable::new();
@@ -132,19 +128,25 @@ pub fn decls(bufs: &[(&str, &str, bool)]) -> String {
     s
 }
 
-/// Whether `dt` is f32, or f16 on a device with shader-f16.
+/// Whether `dt` is f32, bf16 (emulated), or f16 on a device with shader-f16.
 pub fn is_float(dt: DType) -> bool {
-    dt == DType::F32 || (dt == DType::F16 && crate::gpu::has_f16())
+    matches!(dt, DType::F32 | DType::BF16) || (dt == DType::F16 && crate::gpu::has_f16())
 }
 
-/// The WGSL type of a float dtype's elements in device buffers (f32 or f16).
+/// The WGSL type of a float dtype's elements in device buffers (f16, else f32: a bf16 is an
+/// f32 word whose low half is zero).
 pub fn float_ty(dt: DType) -> &'static str {
     if dt == DType::F16 { "f16" } else { "f32" }
 }
 
-/// The WGSL converting an f32 value to a buffer of float dtype `dt` (f16 saturates to inf).
+/// The WGSL converting an f32 value to a buffer of float dtype `dt` (f16 saturates to inf;
+/// bf16 rounds to nearest even, as the reference does).
 pub fn store_fn(dt: DType) -> &'static str {
-    if dt == DType::F16 { "rlx_to_f16" } else { "" }
+    match dt {
+        DType::F16 => "rlx_to_f16",
+        DType::BF16 => "rlx_round_bf",
+        _ => "",
+    }
 }
 
 /// The helpers of modules with f16 buffers: f32 to f16 rounding with overflow to infinity

@@ -6,9 +6,9 @@ use super::{Bind, Ctx, Dispatch, Kernel, Plan, WG, decls, groups_for, module};
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, OpTraits, Result};
 
-/// Dtypes moved as whole device words: f32, the index types, and bool (one u32 each).
+/// Dtypes moved as whole device words: f32, the index types, bool and bf16 (one u32 each).
 const MOVABLE: &[DType] =
-    &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool, DType::F16, DType::U8, DType::I8];
+    &[DType::F32, DType::I32, DType::I64, DType::U32, DType::Bool, DType::BF16, DType::F16, DType::U8, DType::I8];
 
 pub(super) fn register(t: &mut KernelTable<Kernel>) {
     t.register_trait(OpTraits::DATA_MOVEMENT, MOVABLE, Kernel { build: movement, accepts: movable });

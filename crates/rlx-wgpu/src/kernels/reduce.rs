@@ -2,7 +2,7 @@
 //! One workgroup of `RW` threads per output row, combining partials in workgroup memory.
 
 use super::{
-    Bind, Ctx, Dispatch, FLOATS, Kernel, Plan, any, decls, float_ty, module, offset_code, same_float, store_fn, strides,
+    Bind, Ctx, Dispatch, FLOATS, Kernel, Plan, decls, float_ty, module, offset_code, same_float, store_fn, strides,
 };
 use crate::wexpr::literal;
 use rlx_driver::KernelTable;
@@ -15,7 +15,11 @@ pub(super) fn register(t: &mut KernelTable<Kernel>) {
     t.register(OpKind::LogSoftmax, FLOATS, Kernel { build: lanes, accepts: same_float });
     t.register(OpKind::LayerNorm, FLOATS, Kernel { build: lanes, accepts: same_float });
     t.register(OpKind::RmsNorm, FLOATS, Kernel { build: lanes, accepts: same_float });
-    t.register(OpKind::Cumsum, &[DType::F32, DType::I32], Kernel { build: cumsum, accepts: any });
+    t.register(
+        OpKind::Cumsum,
+        &[DType::F32, DType::F16, DType::BF16, DType::I32],
+        Kernel { build: cumsum, accepts: cumsum_ok },
+    );
 }
 
 /// Threads per row.
@@ -163,7 +167,13 @@ fn lanes(ctx: &Ctx<'_>) -> Result<Plan> {
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups: rows as u32, binds }]))
 }
 
-/// Cumulative sum (f32 or wrapping i32): one thread per lane, a sequential scan along the axis.
+/// Float dtypes the device computes with, or i32, in and out.
+fn cumsum_ok(ctx: &Ctx<'_>) -> bool {
+    ctx.out.dtype == DType::I32 || same_float(ctx)
+}
+
+/// Cumulative sum (floats summed in f32 and rounded at each store, or wrapping i32): one thread
+/// per lane, a sequential scan along the axis.
 fn cumsum(ctx: &Ctx<'_>) -> Result<Plan> {
     let Op::Cumsum(c) = ctx.op else { return Err(super::unsupported(ctx, "not cumsum")) };
     let xd = ctx.in_dims(0);
@@ -172,16 +182,21 @@ fn cumsum(ctx: &Ctx<'_>) -> Result<Plan> {
     let inner: usize = xd[axis + 1..].iter().product();
     let lanes = xd.iter().product::<usize>() / n.max(1);
     let j = if c.reverse { format!("{}u - k", n.max(1) - 1) } else { "k".into() };
-    let t = if ctx.out.dtype == DType::I32 { "i32" } else { "f32" };
-    let write = if c.exclusive { "out[p] = acc; acc = acc + v;" } else { "acc = acc + v; out[p] = acc;" };
+    let int = ctx.out.dtype == DType::I32;
+    let (t, io, st) = if int { ("i32", "i32", "") } else { ("f32", float_ty(ctx.out.dtype), store_fn(ctx.out.dtype)) };
+    let write = if c.exclusive {
+        format!("out[p] = {st}(acc); acc = acc + v;")
+    } else {
+        format!("acc = acc + v; out[p] = {st}(acc);")
+    };
     let body = format!(
         "let l = g * {wg}u + lid;\nif (l >= {lanes}u) {{ return; }}\n\
          let base = (l / {inner}u) * {} + l % {inner}u;\nvar acc: {t} = {t}(0);\n\
-         for (var k: u32 = 0u; k < {n}u; k = k + 1u) {{ let p = base + ({j}) * {inner}u; let v = x[p]; {write} }}",
+         for (var k: u32 = 0u; k < {n}u; k = k + 1u) {{ let p = base + ({j}) * {inner}u; let v = {t}(x[p]); {write} }}",
         n * inner,
         wg = super::WG,
     );
     let groups = super::groups_for(lanes);
-    let wgsl = module(&decls(&[("x", t, false), ("out", t, true)]), "", super::WG, groups, &body);
+    let wgsl = module(&decls(&[("x", io, false), ("out", io, true)]), "", super::WG, groups, &body);
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds: vec![Bind::Input(0), Bind::Output] }]))
 }

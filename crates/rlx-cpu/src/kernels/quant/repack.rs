@@ -1,14 +1,18 @@
-//! Decode (one activation row) over K-quant weights repacked once per param version: groups of
-//! eight rows interleaved block by block, so one pass streams one contiguous buffer, each
-//! activation load serves eight rows, and the 6-bit scales come unpacked to bytes. Each row's
-//! integer sums and float steps are those of `dot.rs`, so results match the row path bit for bit.
+//! K-quant and Q8_0 weights repacked once per param version (`packed.rs` shares the copy;
+//! decode here and in `x8.rs`, prefill in `x8gemm.rs` / `x8q80.rs`): groups of eight rows
+//! interleaved block by block, so one pass streams one contiguous buffer, each activation load
+//! serves eight rows, and the 6-bit scales come unpacked to bytes. Each row's integer sums and
+//! float steps are those of `dot.rs`, so results match the row path bit for bit.
 //!
 //! Q4_K group block (1184 bytes, 8 x 144 + 32): `d[8]`, `dmin[8]` (f16), `sc[j][r]` (u8),
 //! `min[j / 2][r][j % 2]` (u8), then `qs[c][g][r][i]` = byte `32c + 4g + i` of row r's values.
+//! Q5_K group block (1440 bytes, 8 x 176 + 32): as Q4_K with `qh[g][r][i]` = byte `4g + i` of
+//! row r's high bits between the minima and the values.
 //! Q6_K group block (1696 bytes, 8 x 210 + 16 of padding, so loads stay 32-byte aligned): `d[8]`
 //! (f16), `sc[g / 2][r][g % 2]` (i8), padding, then 16 quads of 96 bytes (one per 16-value group:
 //! low nibbles of values 0-3 | 4-7 << 4, of 8-11 | 12-15 << 4, the four 2-bit highs). Scales come
-//! first in both layouts: read before the values, they must not wait on the prefetcher.
+//! first in both layouts: read before the values, they must not wait on the prefetcher. Q8_0:
+//! see `x8q80.rs` (32-value blocks).
 
 use super::dot::{Q8K, scales_mins_k4};
 #[cfg(target_arch = "x86_64")]
@@ -23,6 +27,10 @@ pub const ROWS: usize = 8;
 pub const Q4K_GB: usize = 1184;
 /// Bytes of one Q6_K block of one group.
 pub const Q6K_GB: usize = 1696;
+/// Bytes of one Q5_K block of one group, and where its high bits and values start.
+pub const Q5K_GB: usize = 1440;
+pub const Q5K_QH: usize = 160;
+pub const Q5K_QS: usize = 416;
 /// Q6_K: where the block scales, the 16-value scales and the values start.
 pub const Q6K_D: usize = 0;
 pub const Q6K_SC: usize = 16;
@@ -36,96 +44,16 @@ pub fn group_block_bytes(s: QuantScheme) -> Option<usize> {
     match s {
         QuantScheme::Q4_K => Some(Q4K_GB),
         QuantScheme::Q6_K => Some(Q6K_GB),
+        QuantScheme::Q5_K => Some(Q5K_GB),
+        QuantScheme::Q8_0 => Some(super::x8q80::Q80_GB),
         _ => None,
-    }
-}
-
-/// A zeroed, 64-byte aligned byte buffer.
-struct Aligned {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a plain owned allocation.
-unsafe impl Send for Aligned {}
-
-impl Aligned {
-    fn layout(len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(len, 64).expect("repacked size")
-    }
-
-    /// Zeroed by writing every byte: the page faults happen here, not in the run that repacks.
-    fn zeroed(len: usize) -> Aligned {
-        if len == 0 {
-            return Aligned { ptr: std::ptr::null_mut(), len };
-        }
-        let layout = Aligned::layout(len);
-        // SAFETY: a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        // SAFETY: `len` bytes owned by this buffer.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Aligned { ptr, len }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` initialized bytes (or an empty slice).
-        if self.len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(self.ptr, self.len) } }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, owned exclusively.
-        if self.len == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) } }
-    }
-}
-
-impl Drop for Aligned {
-    fn drop(&mut self) {
-        if self.len != 0 {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr, Aligned::layout(self.len)) };
-        }
-    }
-}
-
-/// Repacked weights, remade whenever the param's version changes.
-pub struct Cache {
-    scheme: QuantScheme,
-    n: usize,
-    k: usize,
-    /// Allocated (and its pages touched) when the kernel is built, so that the run that
-    /// repacks pays for the copy only.
-    buf: Aligned,
-    /// The param version the buffer holds.
-    packed: Option<u64>,
-}
-
-impl Cache {
-    /// The cache for `n` rows of `k` values of `s` (a scheme with a repacked layout).
-    pub fn new(s: QuantScheme, n: usize, k: usize) -> Cache {
-        let len = n.div_ceil(ROWS) * (k / 256) * group_block_bytes(s).expect("a scheme with a repacked layout");
-        Cache { scheme: s, n, k, buf: Aligned::zeroed(len), packed: None }
-    }
-
-    /// The repacked copy of `w` (`n` rows of `k` values) at param `version`, made on the first
-    /// run that sees the version (a model's warm-up run makes it before timed decoding). None
-    /// (weights that are not a param): use the row path.
-    pub fn get(&mut self, version: Option<u64>, w: &[u8]) -> Option<&[u8]> {
-        let v = version?;
-        if self.packed != Some(v) {
-            repack(self.scheme, w, self.n, self.k, self.buf.bytes_mut());
-            self.packed = Some(v);
-        }
-        Some(self.buf.bytes())
     }
 }
 
 /// Repacks `n` rows of `k` values of `s` into `out` (`group_block_bytes` per group and block);
 /// rows past `n` in the last group are zero (scale 0: they add nothing).
 pub fn repack(s: QuantScheme, w: &[u8], n: usize, k: usize, out: &mut [u8]) {
-    let (nb, bb) = (k / 256, s.block_bytes());
+    let (nb, bb) = (k / s.block_size(), s.block_bytes());
     let gb = group_block_bytes(s).expect("a scheme with a repacked layout");
     let groups = n.div_ceil(ROWS);
     assert!(w.len() >= n * nb * bb && out.len() >= groups * nb * gb, "repack: buffer sizes");
@@ -141,6 +69,13 @@ pub fn repack(s: QuantScheme, w: &[u8], n: usize, k: usize, out: &mut [u8]) {
                 let ob = &mut o[b * gb..(b + 1) * gb];
                 if s == QuantScheme::Q4_K {
                     put_q4k(blk, r, ob);
+                } else if s == QuantScheme::Q5_K {
+                    put_q5k(blk, r, ob);
+                } else if s == QuantScheme::Q8_0 {
+                    ob[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+                    for g in 0..8 {
+                        ob[16 + 32 * g + 4 * r..16 + 32 * g + 4 * r + 4].copy_from_slice(&blk[2 + 4 * g..6 + 4 * g]);
+                    }
                 } else {
                     put_q6k(blk, r, ob);
                 }
@@ -182,6 +117,25 @@ fn put_q4k(blk: &[u8], r: usize, o: &mut [u8]) {
         for g in 0..8 {
             let at = 160 + 256 * c + 32 * g + 4 * r;
             o[at..at + 4].copy_from_slice(&blk[16 + 32 * c + 4 * g..16 + 32 * c + 4 * g + 4]);
+        }
+    }
+}
+
+/// Row `r` of a Q5_K group block from one 176-byte block.
+fn put_q5k(blk: &[u8], r: usize, o: &mut [u8]) {
+    o[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
+    o[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&blk[2..4]);
+    let (sc, m) = scales_mins_k4(&blk[4..16]);
+    for j in 0..8 {
+        o[32 + 8 * j + r] = sc[j];
+        o[96 + 16 * (j / 2) + 2 * r + j % 2] = m[j];
+    }
+    for g in 0..8 {
+        let at = Q5K_QH + 32 * g + 4 * r;
+        o[at..at + 4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
+        for c in 0..4 {
+            let at = Q5K_QS + 256 * c + 32 * g + 4 * r;
+            o[at..at + 4].copy_from_slice(&blk[48 + 32 * c + 4 * g..48 + 32 * c + 4 * g + 4]);
         }
     }
 }
@@ -296,13 +250,19 @@ fn group_dot(isa: Isa, s: QuantScheme, w: &[u8], act: &[Q8K], ps: &[[i32; 4]], o
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::detect` chose this path only when the CPU has the features; `matvec`
         // checked the sizes.
-        (Isa::Vnni, QuantScheme::Q4_K) => unsafe { x8::vnni::q4k(w, act, ps, out) },
+        (Isa::Vnni, QuantScheme::Q4_K) => unsafe { x8::vnni::q4k::<false>(w, act, ps, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Isa::Vnni, QuantScheme::Q5_K) => unsafe { x8::vnni::q4k::<true>(w, act, ps, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         (Isa::Vnni, _) => unsafe { x8::vnni::q6k(w, act, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        (Isa::Avx2, QuantScheme::Q4_K) => unsafe { x8::avx2::q4k(w, act, ps, out) },
+        (Isa::Avx2, QuantScheme::Q4_K) => unsafe { x8::avx2::q4k::<false>(w, act, ps, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Isa::Avx2, QuantScheme::Q5_K) => unsafe { x8::avx2::q4k::<true>(w, act, ps, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         (Isa::Avx2, _) => unsafe { x8::avx2::q6k(w, act, out) },
@@ -311,21 +271,23 @@ fn group_dot(isa: Isa, s: QuantScheme, w: &[u8], act: &[Q8K], ps: &[[i32; 4]], o
 }
 
 /// The repacked layout read back value by value (the portable path, and the tests' check of it):
-/// row r's integer sums and float steps as `dot::q4k` / `dot::q6k`.
+/// row r's integer sums and float steps as `dot::q4k` / `dot::q5k` / `dot::q6k`.
 pub fn scalar(s: QuantScheme, w: &[u8], act: &[Q8K], out: &mut [f32; ROWS]) {
     let gb = group_block_bytes(s).expect("a scheme with a repacked layout");
     let h = |b: &[u8], at: usize| super::dot::half_at(b, at);
     for (r, o) in out.iter_mut().enumerate() {
         let mut acc = 0f32;
         for (b, a) in w.chunks_exact(gb).zip(act) {
-            if s == QuantScheme::Q4_K {
+            if s != QuantScheme::Q6_K {
+                let (q5, qs) = (s == QuantScheme::Q5_K, if s == QuantScheme::Q5_K { Q5K_QS } else { 160 });
                 let (mut isum, mut msum) = (0i32, 0i32);
                 for j in 0..8 {
                     let (c, hi) = (j / 2, j % 2);
                     let dot: i32 = (0..32)
                         .map(|l| {
-                            let byte = b[160 + 256 * c + 32 * (l / 4) + 4 * r + l % 4];
-                            ((byte >> (4 * hi)) & 0xF) as i32 * a.qs[32 * j + l] as i32
+                            let at = 32 * (l / 4) + 4 * r + l % 4;
+                            let high = if q5 { ((b[Q5K_QH + at] >> j) & 1) << 4 } else { 0 };
+                            (((b[qs + 256 * c + at] >> (4 * hi)) & 0xF) | high) as i32 * a.qs[32 * j + l] as i32
                         })
                         .sum();
                     isum += b[32 + 8 * j + r] as i32 * dot;

@@ -206,7 +206,7 @@ fn k_rows(s: QuantScheme, n: usize, blocks: usize, seed: u64) -> Vec<u8> {
     w[last..last + bb].fill(0xFF);
     let at = if s == QuantScheme::Q6_K { bb - 2 } else { 0 };
     w[last + at..last + at + 2].copy_from_slice(&half::f16::from_f32(0.25).to_le_bytes());
-    if s == QuantScheme::Q4_K {
+    if s != QuantScheme::Q6_K {
         w[last + 2..last + 4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
     }
     w
@@ -216,7 +216,7 @@ fn k_rows(s: QuantScheme, n: usize, blocks: usize, seed: u64) -> Vec<u8> {
 fn repacked_groups_match_the_row_path_exactly_and_the_dequantized_reference() {
     use super::repack;
     let mut checked = 0;
-    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q6_K].into_iter().enumerate() {
+    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K].into_iter().enumerate() {
         // Row counts around the group of eight (tails of 1..7 rows) and several block counts.
         for (n, blocks) in [(1usize, 1usize), (7, 3), (8, 1), (9, 2), (17, 8), (30, 1)] {
             let k = 256 * blocks;
@@ -275,7 +275,7 @@ fn compiled_decode_repacks_per_param_version() {
     use rlx_driver::Backend;
     use rlx_ir::{DType, Graph, Shape};
     let cpu = crate::CpuBackend::new();
-    for s in [QuantScheme::Q4_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
+    for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
         let (n, k) = (21, 512);
         let rb = s.row_bytes(k).unwrap();
         let mut g = Graph::new("decode");
@@ -318,4 +318,153 @@ fn q6k_value_unpacking_paths_agree() {
             assert_eq!(d * sc * (q as f32 - 32.0), x, "value {e}");
         }
     }
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn repacked_prefill_matches_the_row_path_exactly() {
+    use super::{repack, x8gemm};
+    let mut isas = Isa::available();
+    isas.retain(|&i| i != Isa::Scalar);
+    let mut checked = 0;
+    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K].into_iter().enumerate() {
+        // Row counts around the group of eight; m around every micro-kernel tail and past one
+        // block of activation rows (64).
+        for (n, blocks, ms) in
+            [(7usize, 3usize, &[2usize, 3, 5][..]), (9, 1, &[4, 9]), (17, 2, &[2, 65, 70]), (8, 1, &[64])]
+        {
+            let k = 256 * blocks;
+            let rb = s.row_bytes(k).unwrap();
+            let seed = 8000 + 100 * si as u64 + n as u64;
+            let w = k_rows(s, n, blocks, seed);
+            let gb = repack::group_block_bytes(s).unwrap() * blocks;
+            let mut packed = vec![0u8; n.div_ceil(repack::ROWS) * gb];
+            repack::repack(s, &w, n, k, &mut packed);
+            for &m in ms {
+                let x = rand(m * k, 1.0, seed + m as u64);
+                let mut a = vec![Q8K::default(); m * blocks];
+                for (x, a) in x.chunks_exact(k).zip(a.chunks_exact_mut(blocks)) {
+                    quantize_q8k(x, a);
+                }
+                let mut ps = vec![[0i32; 4]; m * blocks];
+                repack::pair_sums(&a, &mut ps);
+                for &isa in &isas {
+                    let mut y = vec![f32::NAN; m * n];
+                    x8gemm::gemm(isa, s, &packed, &a, &ps, (m, k), n, super::OutPtr(y.as_mut_ptr()));
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x[i * k..(i + 1) * k]);
+                            let got = y[i * n + j];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{s} {isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {want}"
+                            );
+                        }
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    eprintln!("repacked prefill cases checked: {checked}");
+    assert!(checked > 0 || Isa::detect() == Isa::Scalar);
+}
+
+#[test]
+fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
+    use rlx_driver::{Backend, Executable};
+    use rlx_ir::{DType, Graph, Shape};
+    let cpu = crate::CpuBackend::new();
+    let compile = |s: QuantScheme, m: usize, n: usize, k: usize| {
+        let mut g = Graph::new("q");
+        let x = g.input("x", Shape::new(&[m, k], DType::F32));
+        let w = g.param("w", Shape::new(&[n, s.row_bytes(k).unwrap()], DType::U8));
+        let y = g.qmatmul(x, w, s, k);
+        g.set_outputs(vec![y]);
+        let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
+        cpu.compile(&legal).unwrap()
+    };
+    let f32s =
+        |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+    for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
+        let (n, k) = (19, 512);
+        let rb = s.row_bytes(k).unwrap();
+        let mut dec = compile(s, 1, n, k);
+        // Prefill graphs at m around the micro-kernel tails, sharing the decode graph's param.
+        let mut pre: Vec<(usize, Box<dyn Executable>)> =
+            [2usize, 5, 16].into_iter().map(|m| (m, compile(s, m, n, k))).collect();
+        for (_, e) in &mut pre {
+            e.bind_param(0, dec.share_param(0).unwrap()).unwrap();
+        }
+        for round in 0..2u64 {
+            let wb = s.quantize_rows(&rand(n * k, 1.0, 950 + round), k).unwrap();
+            // A new version through the decode graph: every sharer sees it.
+            dec.set_param(0, &wb).unwrap();
+            let x = rand(16 * k, 1.0, 960 + round);
+            let want: Vec<f32> = (0..16 * n)
+                .map(|e| run(s, Isa::Scalar, &wb[(e % n) * rb..(e % n + 1) * rb], &x[(e / n) * k..(e / n + 1) * k]))
+                .collect();
+            let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut out = vec![0u8; n * 4];
+            dec.run(&[&xb[..k * 4]], &mut [out.as_mut_slice()]).unwrap();
+            assert_eq!(
+                f32s(&out).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want[..n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{s} decode round {round}"
+            );
+            for (m, e) in &mut pre {
+                let mut out = vec![0u8; *m * n * 4];
+                e.run(&[&xb[..*m * k * 4]], &mut [out.as_mut_slice()]).unwrap();
+                let got = f32s(&out);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
+                }
+            }
+            // One copy for all four graphs (none on the portable path); the previous version's is gone.
+            let want = usize::from(Isa::detect() != Isa::Scalar);
+            assert_eq!(super::packed::live_copies(s, n, k), want, "{s} round {round}");
+        }
+    }
+}
+
+#[test]
+fn repacked_q8_0_matches_the_row_path_exactly() {
+    use super::{repack, x8q80};
+    let s = QuantScheme::Q8_0;
+    let mut checked = 0;
+    for (n, blocks, ms) in [(7usize, 3usize, &[1usize, 2, 5][..]), (9, 8, &[1, 4]), (17, 1, &[1, 3, 66]), (8, 5, &[1])]
+    {
+        let k = 32 * blocks;
+        let rb = s.row_bytes(k).unwrap();
+        let mut w = s.quantize_rows(&rand(n * k, [1.0, 30.0, 1e-3][n % 3], 9100 + n as u64), k).unwrap();
+        // Weights of -128 (legal in GGUF files) in the last block.
+        w[rb * n - 34 + 2..rb * n].fill(0x80);
+        let mut packed = vec![0u8; n.div_ceil(repack::ROWS) * blocks * x8q80::Q80_GB];
+        repack::repack(s, &w, n, k, &mut packed);
+        for &m in ms {
+            let x = rand(m * k, 1.0, 9200 + m as u64);
+            let mut a = vec![Q80::default(); m * blocks];
+            for (x, a) in x.chunks_exact(k).zip(a.chunks_exact_mut(blocks)) {
+                quantize_q80(x, a);
+            }
+            for isa in Isa::available() {
+                let mut y = vec![f32::NAN; m * n];
+                x8q80::gemm(isa, &packed, &a, (m, k), n, super::OutPtr(y.as_mut_ptr()));
+                for i in 0..m {
+                    for j in 0..n {
+                        let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x[i * k..(i + 1) * k]);
+                        let got = y[i * n + j];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {want}"
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("repacked Q8_0 cases checked: {checked}");
 }

@@ -5,7 +5,7 @@
 
 use super::blocks4::{macc_avx2, macc_vnni};
 use super::dot::Q8K;
-use super::repack::{Q4K_GB, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
+use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
 use std::arch::x86_64::*;
 
 /// `acc + ` u8 x i8 products summed in fours (AVX2: pairs to i16, then to i32; no saturation
@@ -14,6 +14,18 @@ use std::arch::x86_64::*;
 #[inline]
 fn dot_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+}
+
+/// Bit `j` of every byte of `h` moved to bit 4 (Q5_K: the fifth bit of sub-block j's values).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn high_bit(h: __m256i, j: usize) -> __m256i {
+    let v = if j <= 4 {
+        _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j as i32))
+    } else {
+        _mm256_srl_epi16(h, _mm_cvtsi32_si128(j as i32 - 4))
+    };
+    _mm256_and_si256(v, _mm256_set1_epi8(0x10))
 }
 
 /// As `dot_avx2`, one VNNI instruction.
@@ -44,29 +56,35 @@ macro_rules! x8 {
                 _mm256_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
             }
 
-            /// Q4_K: the eight rows of one group (`a.len()` blocks) . activations, into `out`.
-            /// `ps` holds `repack::pair_sums` of `a`.
+            /// Q4_K (Q5_K with `Q5`): the eight rows of one group (`a.len()` blocks) .
+            /// activations, into `out`. `ps` holds `repack::pair_sums` of `a`.
             ///
             /// # Safety
             /// The CPU must support the module's features; `w` holds `a.len()` group blocks.
             #[target_feature(enable = $feat)]
-            pub unsafe fn q4k(w: &[u8], a: &[Q8K], ps: &[[i32; 4]], out: &mut [f32; ROWS]) {
-                assert!(w.len() >= a.len() * Q4K_GB && ps.len() >= a.len());
+            pub unsafe fn q4k<const Q5: bool>(w: &[u8], a: &[Q8K], ps: &[[i32; 4]], out: &mut [f32; ROWS]) {
+                let (gb, qs) = if Q5 { (Q5K_GB, Q5K_QS) } else { (Q4K_GB, 160) };
+                assert!(w.len() >= a.len() * gb && ps.len() >= a.len());
                 let m4 = _mm256_set1_epi8(0xF);
                 let mut acc = _mm256_setzero_ps();
                 for (bi, (a, ps)) in a.iter().zip(ps).enumerate() {
                     // SAFETY: block bi of the group (asserted above); 256 activations.
                     unsafe {
-                        let p = w.as_ptr().add(bi * Q4K_GB);
+                        let p = w.as_ptr().add(bi * gb);
                         let q8 = a.qs.as_ptr();
                         // Eight independent sums (one per 32-value sub-block), advanced in turn,
                         // so the dot products' latency overlaps.
                         let mut s = [_mm256_setzero_si256(); 8];
                         for g in 0..8 {
+                            let h = if Q5 { load(p.add(Q5K_QH + 32 * g)) } else { _mm256_setzero_si256() };
                             for c in 0..4 {
-                                let q = load(p.add(160 + 256 * c + 32 * g));
-                                let lo = _mm256_and_si256(q, m4);
-                                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                                let q = load(p.add(qs + 256 * c + 32 * g));
+                                let mut lo = _mm256_and_si256(q, m4);
+                                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                                if Q5 {
+                                    lo = _mm256_or_si256(lo, high_bit(h, 2 * c));
+                                    hi = _mm256_or_si256(hi, high_bit(h, 2 * c + 1));
+                                }
                                 s[2 * c] = $dot(s[2 * c], lo, bcast(q8.add(64 * c + 4 * g)));
                                 s[2 * c + 1] = $dot(s[2 * c + 1], hi, bcast(q8.add(64 * c + 32 + 4 * g)));
                             }

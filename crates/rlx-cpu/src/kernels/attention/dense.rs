@@ -1,0 +1,318 @@
+//! Attention over whole key rows in f32 with AVX2 + FMA, for work items that see at most
+//! `MAX_T` keys (encoders and prefill). A query block's scores come from one register-tiled
+//! GEMM pass, each row then gets one softmax pass (its max is known before its exps, so there is
+//! no running rescale), and `P @ V` is a second GEMM pass.
+
+use super::{Geo, Mask, Scratch, Spans, item_keys};
+use crate::kernels::math::{Compute, Real, SharedMut};
+
+/// Longest key span the dense path takes: a query block's scores (`BQ x MAX_T`) stay in L2.
+pub(super) const MAX_T: usize = 1024;
+
+/// Whether work items of `g` run here: f32 compute, AVX2 + FMA, K transposed, short rows,
+/// non-empty head dims.
+pub(super) fn applies(g: &Geo, f32_compute: bool, simd: bool) -> bool {
+    cfg!(target_arch = "x86_64") && f32_compute && simd && g.transposed && g.t <= MAX_T && g.d > 0 && g.dv > 0
+}
+
+/// Width of a score row in the scratch: `t` rounded up to 16.
+pub(super) fn row_width(t: usize) -> usize {
+    t.div_ceil(16) * 16
+}
+
+/// `x` as f32 slices; `C` must be f32 (the only 4-byte `Real`).
+fn f32s<C: Real>(x: &[C]) -> &[f32] {
+    assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
+    // SAFETY: C is f32 (checked above), so the layout is identical.
+    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) }
+}
+
+fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
+    assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
+    // SAFETY: as above.
+    unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut f32, x.len()) }
+}
+
+/// The dense scratch: the parent's buffers seen as f32.
+struct Buf<'a> {
+    q: &'a mut [f32],
+    p: &'a mut [f32],
+    o: &'a mut [f32],
+    m: &'a mut [f32],
+    l: &'a mut [f32],
+}
+
+/// One work item over its whole visible key span. `q`, `kt` (K transposed, rows of `tp`) and
+/// `v` are in the compute type, which must be f32 (`applies`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn item<T: Compute>(
+    g: &Geo,
+    scale: T::C,
+    q: &[T::C],
+    kt: &[T::C],
+    v: &[T::C],
+    mask: Mask<'_, T>,
+    spans: &Spans,
+    out: SharedMut<T>,
+    item: usize,
+    sc: &mut Scratch<T::C>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sc = Buf {
+            q: f32s_mut(&mut sc.q),
+            p: f32s_mut(&mut sc.p),
+            o: f32s_mut(&mut sc.o),
+            m: f32s_mut(&mut sc.m),
+            l: f32s_mut(&mut sc.l),
+        };
+        let scale = scale.to_f64() as f32;
+        // SAFETY: `applies` was true, so the CPU has AVX2 and FMA.
+        unsafe { item_avx2::<T>(g, scale, f32s(q), f32s(kt), f32s(v), mask, spans, out, item, sc) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, scale, q, kt, v, mask, spans, out, item, sc);
+        unreachable!("the dense attention path runs only on x86_64");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+fn item_avx2<T: Compute>(
+    g: &Geo,
+    scale: f32,
+    q: &[f32],
+    kt: &[f32],
+    v: &[f32],
+    mask: Mask<'_, T>,
+    spans: &Spans,
+    out: SharedMut<T>,
+    item: usize,
+    sc: Buf<'_>,
+) {
+    let (d, dv, t) = (g.d, g.dv, g.t);
+    let it = g.item(item);
+    let (bi, kv, rows) = (it.bi, it.kv, it.rows());
+    let rows4 = rows.div_ceil(4) * 4;
+    let qrow = |(hi, i): (usize, usize)| (bi * g.h + hi) * g.s + i;
+    for r in 0..rows4 {
+        let dst = &mut sc.q[r * d..(r + 1) * d];
+        if r < rows {
+            let qr = qrow(it.row(r)) * d;
+            for (o, &x) in dst.iter_mut().zip(&q[qr..qr + d]) {
+                *o = x * scale;
+            }
+        } else {
+            dst.fill(0.0);
+        }
+    }
+    let (lo, hi_k) = item_keys(g, spans, &it);
+    // Columns start on a multiple of 16 so that the score tiles stay inside the padded rows.
+    let lo = lo / 16 * 16;
+    let tp = row_width(t);
+    let pw = tp;
+    let n = hi_k.saturating_sub(lo);
+    let n16 = n.div_ceil(16) * 16;
+    if n > 0 {
+        let ktb = &kt[kv * d * tp + lo..(kv + 1) * d * tp];
+        assert!(sc.p.len() >= rows4 * pw && ktb.len() >= (d - 1) * tp + n16 && sc.q.len() >= rows4 * d);
+        // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16.
+        unsafe { gemm(sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
+    }
+    for r in 0..rows {
+        let (hi, i) = it.row(r);
+        // Built-in masks hide the keys outside [vlo, vhi) of this row.
+        let (vlo, vhi) = g.key_range(i, i + 1);
+        let (a, b) = (vlo.clamp(lo, hi_k) - lo, vhi.clamp(lo, hi_k).max(vlo.clamp(lo, hi_k)) - lo);
+        let p = &mut sc.p[r * pw..r * pw + n16];
+        let mrow = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2] + lo * g.ms[3];
+        let mut hide = None;
+        match mask {
+            Mask::Bool(m) if g.ms[3] == 1 => hide = Some(&m[mrow + a..mrow + b]),
+            Mask::Bool(m) => {
+                for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
+                    if m[mrow + jj * g.ms[3]] == 0 {
+                        *x = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            Mask::Add(m) => {
+                for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
+                    *x += m[mrow + jj * g.ms[3]].load().to_f64() as f32;
+                }
+            }
+            Mask::None => {}
+        }
+        let (mx, sum) = softmax_span(p, a, b, hide);
+        sc.m[r] = mx;
+        sc.l[r] = sum;
+    }
+    for r in rows..rows4 {
+        sc.p[r * pw..r * pw + n16].fill(0.0);
+    }
+    let vb = &v[(kv * t + lo) * dv..(kv * t + hi_k.max(lo)) * dv];
+    if n > 0 {
+        assert!(sc.o.len() >= rows4 * dv && vb.len() >= n * dv);
+        // SAFETY: bounds checked above.
+        unsafe { gemm(sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, false) };
+    } else {
+        sc.o[..rows4 * dv].fill(0.0);
+    }
+    for r in 0..rows {
+        let base = qrow(it.row(r)) * dv;
+        // SAFETY: each item writes only its own rows of the output.
+        let dst = unsafe { out.slice(base, dv) };
+        // No visible key at all: NaN, as softmax of an all -inf row.
+        let rl = if sc.m[r] == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sc.l[r] };
+        for (o, &x) in dst.iter_mut().zip(&sc.o[r * dv..(r + 1) * dv]) {
+            *o = T::store(T::C::from_f64((x * rl) as f64));
+        }
+    }
+}
+
+/// Softmax numerators of `p[a..b]` in place (`exp(x - max)`), zero elsewhere in `p`; returns
+/// (max, sum). `hide` (a bool mask row over `a..b`) hides the keys whose byte is 0: they are
+/// -inf in the max and 0 after the exp, whatever their score. A span with no visible key gives
+/// max -inf (the caller writes NaN).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_span(p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32, f32) {
+    use crate::kernels::vec32::simd8::exp8;
+    use std::arch::x86_64::*;
+    p[..a].fill(0.0);
+    p[b..].fill(0.0);
+    let s = &mut p[a..b];
+    let n8 = s.len() / 8 * 8;
+    let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+    // Lanes `j..j + 8` with hidden keys set to -inf. Never stored back over the scores: LLVM
+    // turns such a store into a masked store, which is slow on AMD.
+    let lanes = |s: &[f32], j: usize| -> __m256 {
+        // SAFETY: j + 8 <= n8 <= s.len() (and the mask row, which has s.len() bytes).
+        unsafe {
+            let x = _mm256_loadu_ps(s.as_ptr().add(j));
+            match hide {
+                Some(m) => {
+                    let bytes = _mm_loadl_epi64(m.as_ptr().add(j) as *const __m128i);
+                    let zero = _mm256_cmpeq_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setzero_si256());
+                    _mm256_blendv_ps(x, ninf, _mm256_castsi256_ps(zero))
+                }
+                None => x,
+            }
+        }
+    };
+    let hidden = |j: usize| hide.is_some_and(|m| m[j] == 0);
+    // Max: a NaN anywhere makes the row NaN later (its exp is NaN), whatever the max says.
+    let mut vm = ninf;
+    for j in (0..n8).step_by(8) {
+        vm = _mm256_max_ps(vm, lanes(s, j));
+    }
+    let mut buf = [0f32; 8];
+    // SAFETY: 8 lanes.
+    unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), vm) };
+    let tail = (n8..s.len()).filter(|&j| !hidden(j)).map(|j| s[j]);
+    let mx = buf.into_iter().chain(tail).fold(f32::NEG_INFINITY, |m, x| if x > m { x } else { m });
+    if mx == f32::NEG_INFINITY {
+        s.fill(0.0);
+        return (mx, 0.0);
+    }
+    let vmx = _mm256_set1_ps(mx);
+    let mut acc = _mm256_setzero_ps();
+    for j in (0..n8).step_by(8) {
+        let e = exp8(_mm256_sub_ps(lanes(s, j), vmx));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr().add(j), e) };
+        acc = _mm256_add_ps(acc, e);
+    }
+    // SAFETY: 8 lanes.
+    unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), acc) };
+    let mut sum = ((buf[0] + buf[4]) + (buf[1] + buf[5])) + ((buf[2] + buf[6]) + (buf[3] + buf[7]));
+    for (j, x) in s.iter_mut().enumerate().skip(n8) {
+        *x = if hidden(j) { 0.0 } else { crate::kernels::math::exp_f32(*x - mx) };
+        sum += *x;
+    }
+    (mx, sum)
+}
+
+/// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`) in 4 x 16 register tiles;
+/// `m` must be a multiple of 4. Columns past the last full 16 take 8-wide, then scalar steps.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`, `c` holds
+/// `m x n` at `ldc`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn gemm(
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    acc: bool,
+) {
+    use std::arch::x86_64::*;
+    let n16 = n / 16 * 16;
+    let n8 = n / 8 * 8;
+    // SAFETY (whole body): every access is inside the ranges the caller vouched for.
+    unsafe {
+        for i in (0..m).step_by(4) {
+            let ar = [a.add(i * lda), a.add((i + 1) * lda), a.add((i + 2) * lda), a.add((i + 3) * lda)];
+            let cr = [c.add(i * ldc), c.add((i + 1) * ldc), c.add((i + 2) * ldc), c.add((i + 3) * ldc)];
+            for j in (0..n16).step_by(16) {
+                let mut t = [[_mm256_setzero_ps(); 2]; 4];
+                if acc {
+                    for r in 0..4 {
+                        t[r] = [_mm256_loadu_ps(cr[r].add(j)), _mm256_loadu_ps(cr[r].add(j + 8))];
+                    }
+                }
+                let mut bp = b.add(j);
+                for p in 0..k {
+                    let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)));
+                    for r in 0..4 {
+                        let av = _mm256_broadcast_ss(&*ar[r].add(p));
+                        t[r][0] = _mm256_fmadd_ps(av, b0, t[r][0]);
+                        t[r][1] = _mm256_fmadd_ps(av, b1, t[r][1]);
+                    }
+                    bp = bp.add(ldb);
+                }
+                for r in 0..4 {
+                    _mm256_storeu_ps(cr[r].add(j), t[r][0]);
+                    _mm256_storeu_ps(cr[r].add(j + 8), t[r][1]);
+                }
+            }
+            if n8 > n16 {
+                let j = n16;
+                let mut t = [_mm256_setzero_ps(); 4];
+                if acc {
+                    for r in 0..4 {
+                        t[r] = _mm256_loadu_ps(cr[r].add(j));
+                    }
+                }
+                for p in 0..k {
+                    let b0 = _mm256_loadu_ps(b.add(p * ldb + j));
+                    for r in 0..4 {
+                        t[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ar[r].add(p)), b0, t[r]);
+                    }
+                }
+                for r in 0..4 {
+                    _mm256_storeu_ps(cr[r].add(j), t[r]);
+                }
+            }
+            for r in 0..4 {
+                for j in n8..n {
+                    let mut x = if acc { *cr[r].add(j) } else { 0.0 };
+                    for p in 0..k {
+                        x = (*ar[r].add(p)).mul_add(*b.add(p * ldb + j), x);
+                    }
+                    *cr[r].add(j) = x;
+                }
+            }
+        }
+    }
+}
