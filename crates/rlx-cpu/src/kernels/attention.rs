@@ -401,20 +401,9 @@ fn item_body<T: Compute, const FMA: bool>(
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
-    // Offset of the row of (head, query) in q, in units of the head dim.
+    // Offset of the row of (head, query) in q and out, in units of the head dim.
     let qrow = |(hi, i): (usize, usize)| (bi * g.h + hi) * g.s + i;
-    // The scaled query block; rows past the end are zero (their results are dropped).
-    for r in 0..rows4 {
-        let dst = &mut sc.q[r * d..(r + 1) * d];
-        if r < rows {
-            let qr = qrow(it.row(r)) * d;
-            for (o, &x) in dst.iter_mut().zip(&q[qr..qr + d]) {
-                *o = x * scale;
-            }
-        } else {
-            dst.fill(T::C::ZERO);
-        }
-    }
+    scaled_queries(g, &it, q, scale, &mut sc.q[..rows4 * d]);
     sc.m[..rows].fill(T::C::NEG_INF);
     sc.l[..rows].fill(T::C::ZERO);
     sc.o[..rows4 * dv].fill(T::C::ZERO);
@@ -498,6 +487,23 @@ fn item_body<T: Compute, const FMA: bool>(
         let rl = if sc.m[r] == T::C::NEG_INF { T::C::NAN } else { T::C::ONE / sc.l[r] };
         for (o, &x) in dst.iter_mut().zip(&sc.o[r * dv..(r + 1) * dv]) {
             *o = T::store(x * rl);
+        }
+    }
+}
+
+/// The item's query rows times `scale` into `dst` (`rows` rounded up to 4 rows of the head dim);
+/// rows past the end are zero (their results are dropped).
+fn scaled_queries<C: Real>(g: &Geo, it: &Item, q: &[C], scale: C, dst: &mut [C]) {
+    let (d, rows) = (g.d, it.rows());
+    for (r, dst) in dst.chunks_exact_mut(d).enumerate() {
+        if r < rows {
+            let (hi, i) = it.row(r);
+            let qr = ((it.bi * g.h + hi) * g.s + i) * d;
+            for (o, &x) in dst.iter_mut().zip(&q[qr..qr + d]) {
+                *o = x * scale;
+            }
+        } else {
+            dst.fill(C::ZERO);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! GEMM pass, each row then gets one softmax pass (its max is known before its exps, so there is
 //! no running rescale), and `P @ V` is a second GEMM pass.
 
-use super::{Geo, Mask, Scratch, Spans, item_keys};
+use super::{Geo, Mask, Scratch, Spans, item_keys, scaled_queries};
 use crate::kernels::math::{Compute, Real, SharedMut};
 
 /// Longest key span the dense path takes: a query block's scores (`BQ x MAX_T`) stay in L2.
@@ -96,18 +96,9 @@ fn item_avx2<T: Compute>(
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
+    // Offset of the row of (head, query) in q and out, in units of the head dim.
     let qrow = |(hi, i): (usize, usize)| (bi * g.h + hi) * g.s + i;
-    for r in 0..rows4 {
-        let dst = &mut sc.q[r * d..(r + 1) * d];
-        if r < rows {
-            let qr = qrow(it.row(r)) * d;
-            for (o, &x) in dst.iter_mut().zip(&q[qr..qr + d]) {
-                *o = x * scale;
-            }
-        } else {
-            dst.fill(0.0);
-        }
-    }
+    scaled_queries(g, &it, q, scale, &mut sc.q[..rows4 * d]);
     let (lo, hi_k) = item_keys(g, spans, &it);
     // Columns start on a multiple of 16 so that the score tiles stay inside the padded rows.
     let lo = lo / 16 * 16;
