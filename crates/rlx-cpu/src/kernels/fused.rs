@@ -117,10 +117,7 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
     srcs: Vec<(Buf, Src)>,
 ) -> Kernel {
     let prog = Prog::new(program, srcs);
-    // One scratch per concurrent caller (the pool's threads); each call takes a free one.
-    let scratch: Vec<std::sync::Mutex<Vec<T>>> = (0..crate::threads::num_threads() + 1)
-        .map(|_| std::sync::Mutex::new(vec![T::from_f64(0.0); prog.program.len() * CHUNK]))
-        .collect();
+    let scratch = super::scratch::ScratchPool::new(prog.program.len() * CHUNK, T::from_f64(0.0));
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(prog.srcs.len() + 1);
     let mut cache = super::matmul::BCache::<T>::default();
     Box::new(move |b: &Bufs<'_>| {
@@ -131,7 +128,7 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
         let (optr, olen) = (out.as_mut_ptr() as usize, out.len());
         let ins = &ins;
         let epi = |s0: usize, len: usize| {
-            let mut regs = scratch.iter().find_map(|m| m.try_lock().ok()).expect("a free epilogue scratch");
+            let mut regs = scratch.take();
             let mut s = s0;
             while s < s0 + len {
                 let e = (s + CHUNK).min(s0 + len);

@@ -72,10 +72,7 @@ pub(super) fn build<H: Half>(program: Vec<Instr>, srcs: Vec<(Buf, Src)>, n: usiz
 /// tile row to the epilogue, which runs the program on it in f32 before the one rounding.
 pub(super) fn in_gemm<H: Half>(geo: super::matmul::Geometry, program: Vec<Instr>, srcs: Vec<(Buf, Src)>) -> Kernel {
     let prog = Prog::<f32>::new(program, srcs);
-    // One scratch per concurrent caller (the pool's threads); each call takes a free one.
-    let scratch: Vec<std::sync::Mutex<Vec<f32>>> = (0..crate::threads::num_threads() + 1)
-        .map(|_| std::sync::Mutex::new(vec![0f32; prog.program.len() * CHUNK]))
-        .collect();
+    let scratch = super::scratch::ScratchPool::new(prog.program.len() * CHUNK, 0f32);
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(prog.program.len() + 2);
     let mut cache = super::matmul::BCache::<f32>::default();
     Box::new(move |b: &Bufs<'_>| {
@@ -84,7 +81,7 @@ pub(super) fn in_gemm<H: Half>(geo: super::matmul::Geometry, program: Vec<Instr>
         ins.extend((0..b.num_inputs()).map(|i| (b.input::<H>(i).as_ptr() as usize, b.input::<H>(i).len())));
         let ins = &ins;
         let epi = |s0: usize, vals: &mut [f32]| {
-            let mut regs = scratch.iter().find_map(|m| m.try_lock().ok()).expect("a free epilogue scratch");
+            let mut regs = scratch.take();
             let mut tmp = [H::default(); CHUNK];
             for (c, v) in vals.chunks_mut(CHUNK).enumerate() {
                 let s = s0 + c * CHUNK;

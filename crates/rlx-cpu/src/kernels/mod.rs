@@ -16,6 +16,7 @@ pub mod profile;
 mod quant;
 mod reduce;
 mod rows;
+mod scratch;
 mod stacked_matmul;
 mod vec32;
 

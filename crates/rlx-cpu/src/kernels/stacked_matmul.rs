@@ -13,7 +13,6 @@ use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src, pack_b_full, packed_
 use crate::threads;
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, Op, OpKind, Result};
-use std::sync::Mutex;
 
 mod combine;
 
@@ -134,10 +133,8 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     let nr = T::kernel().nr;
     let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
     let per_group = row_blocks * col_blocks;
-    // One epilogue scratch per concurrent caller (pool threads and the caller).
     let width = prog.as_ref().map_or(0, |p| p.program.len() * CHUNK);
-    let scratch: Vec<Mutex<Vec<T>>> =
-        (0..threads::num_threads() + 1).map(|_| Mutex::new(vec![T::from_f64(0.0); width])).collect();
+    let scratch = super::scratch::ScratchPool::new(width, T::from_f64(0.0));
     let mut packed: Vec<Option<usize>> = vec![None; geo.groups];
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(1 + geo.groups * (1 + geo.extras));
     Box::new(move |b: &Bufs<'_>| {
@@ -168,7 +165,7 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
             let c = MatMut { ptr: (optr as *mut T).wrapping_add(base + i0 * n + j0), rs: n as isize };
             let epi = |bi: usize, br: usize, bj: usize, bw: usize| {
                 let Some(prog) = &prog else { return };
-                let mut regs = scratch.iter().find_map(|m| m.try_lock().ok()).expect("a free epilogue scratch");
+                let mut regs = scratch.take();
                 let first = 1 + groups + g * extras;
                 for i in i0 + bi..i0 + bi + br {
                     // Flat index within this group's output, and its run of columns.

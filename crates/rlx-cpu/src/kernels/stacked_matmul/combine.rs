@@ -4,6 +4,7 @@
 //! epilogue runs the combining program on each finished micro-block while it is in cache.
 
 use super::super::fused::{Buf, CHUNK, Prog, Src, fill, src};
+use super::super::scratch::ScratchPool;
 use super::super::{Kernel, KernelCtx, unsupported};
 use super::{Geo, Packed, grid};
 use crate::elem::FloatElem;
@@ -12,7 +13,6 @@ use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src};
 use crate::threads;
 use rlx_ir::ops::{Instr, StackedMatMul};
 use rlx_ir::{DType, Result};
-use std::sync::Mutex;
 
 /// The GEMM's deepest k block (`gemm::KC`).
 const KC: usize = 256;
@@ -47,13 +47,10 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
     let nr = T::kernel().nr;
     let tw = cw * nr;
     let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
-    // Per concurrent caller (pool threads and the caller): the tiles of groups 1.., and registers.
-    let callers = threads::num_threads() + 1;
+    // Per concurrent caller: the tiles of groups 1.., and the program's registers.
     let tile = rb.min(geo.rows.max(1)) * tw;
-    let tiles: Vec<Mutex<Vec<T>>> =
-        (0..callers).map(|_| Mutex::new(vec![T::from_f64(0.0); (geo.groups - 1) * tile])).collect();
-    let width = prog.program.len() * CHUNK;
-    let regs: Vec<Mutex<Vec<T>>> = (0..callers).map(|_| Mutex::new(vec![T::from_f64(0.0); width])).collect();
+    let tiles = ScratchPool::new((geo.groups - 1) * tile, T::from_f64(0.0));
+    let regs = ScratchPool::new(prog.program.len() * CHUNK, T::from_f64(0.0));
     let mut packed: Vec<Option<usize>> = vec![None; geo.groups];
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(1 + geo.groups + geo.extras);
     Box::new(move |b: &Bufs<'_>| {
@@ -71,11 +68,11 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
         let task = |t: usize| {
             let (i0, j0) = ((t / col_blocks) * rb, (t % col_blocks) * tw);
             let (m, w) = (rb.min(rows - i0), tw.min(n - j0));
-            let mut tl = tiles.iter().find_map(|m| m.try_lock().ok()).expect("a free tile set");
+            let mut tl = tiles.take();
             let tptr = tl.as_mut_ptr() as usize;
             let a = MatRef { ptr: (ins[0].0 as *const T).wrapping_add(i0 * k), rs: k as isize, cs: 1 };
             let epi = |bi: usize, br: usize, bj: usize, bw: usize| {
-                let mut regs = regs.iter().find_map(|m| m.try_lock().ok()).expect("a free register set");
+                let mut regs = regs.take();
                 for i in bi..bi + br {
                     // Flat index of the run in the output, and its offset in a tile.
                     let (s0, t0) = ((i0 + i) * n + j0 + bj, i * tw + bj);
