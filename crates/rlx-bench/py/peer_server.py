@@ -2,6 +2,7 @@
 # line on stdin and answers one JSON line. Commands:
 #   probe                      -> which peers import (numpy, jax, onnxruntime)
 #   matmul N REPS              -> numpy f32 n x n matmul, each rep's seconds
+#   jax_matmul N REPS          -> JAX jit f32 n x n matmul (block_until_ready), each rep's seconds
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
 import json, sys, time, math
@@ -117,6 +118,15 @@ def main():
                     cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
                 a, b = cache[('mm', n)]
                 out = {'seconds': timed(lambda: a @ b, reps)}
+            elif cmd[0] == 'jax_matmul':
+                import jax, jax.numpy as jnp
+                n, reps = int(cmd[1]), int(cmd[2])
+                if ('jmm', n) not in cache:
+                    rng = np.random.default_rng(0)
+                    a, b = (jnp.asarray(rng.random((n, n), np.float32)) for _ in range(2))
+                    cache[('jmm', n)] = (jax.jit(jnp.matmul), a, b)
+                f, a, b = cache[('jmm', n)]
+                out = {'seconds': timed(lambda: f(a, b).block_until_ready(), reps)}
             elif cmd[0] == 'jax_minilm':
                 out = jax_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))
             elif cmd[0] == 'ort_minilm':

@@ -1,4 +1,4 @@
-//! Square f32 matmul, n = 256 .. 4096: RLX's packed GEMM against candle and numpy, interleaved
+//! Square f32 matmul, n = 256 .. 4096: RLX's packed GEMM against candle, numpy and JAX (jit), interleaved
 //! round by round; GFLOP/s from the median run of each.
 
 use crate::candle_peer::CandleMatmul;
@@ -20,14 +20,14 @@ fn reps(n: usize) -> usize {
 /// Prints one line per size: GFLOP/s of each and RLX over the best peer.
 pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
     println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
-    println!("| n | RLX | candle | numpy | RLX / best peer | ping-pong ns |");
-    println!("|---|---|---|---|---|---|");
+    println!("| n | RLX | candle | numpy | JAX | RLX / best peer | ping-pong ns |");
+    println!("|---|---|---|---|---|---|---|");
     for &n in sizes {
         let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
         let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
         let mut c = vec![0f32; n * n];
         let cm = CandleMatmul::new(n)?;
-        let (mut rlx, mut cand, mut np, mut pp) = (Timer::default(), Timer::default(), vec![], vec![]);
+        let (mut rlx, mut cand, mut np, mut jx, mut pp) = (Timer::default(), Timer::default(), vec![], vec![], vec![]);
         let r = reps(n);
         let mut rlx_run = || {
             let (av, bv) =
@@ -49,12 +49,22 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
             if let Some(p) = py.as_mut().filter(|p| p.has("numpy")) {
                 np.extend(PyPeers::ms(&p.ask(&format!("matmul {n} {r}"))?));
             }
+            if let Some(p) = py.as_mut().filter(|p| p.has("jax")) {
+                jx.extend(PyPeers::ms(&p.ask(&format!("jax_matmul {n} {r}"))?));
+            }
         }
         let gf = |ms: f64| 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
-        let (g_rlx, g_c, g_np) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)));
-        let best = if g_np.is_nan() { g_c } else { g_c.max(g_np) };
-        let np_s = if g_np.is_nan() { "skipped".into() } else { format!("{g_np:.1}") };
-        println!("| {n} | {g_rlx:.1} | {g_c:.1} | {np_s} | {:.3}x | {:.0} |", g_rlx / best, median(&pp));
+        let (g_rlx, g_c, g_np, g_jx) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)), gf(median(&jx)));
+        // A missing peer is NaN: f64::max ignores it.
+        let best = g_c.max(g_np).max(g_jx);
+        let show = |g: f64| if g.is_nan() { "skipped".to_string() } else { format!("{g:.1}") };
+        println!(
+            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {:.3}x | {:.0} |",
+            show(g_np),
+            show(g_jx),
+            g_rlx / best,
+            median(&pp)
+        );
     }
     Ok(())
 }

@@ -117,7 +117,11 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
     srcs: Vec<(Buf, Src)>,
 ) -> Kernel {
     let prog = Prog::new(program, srcs);
-    let scratch = super::scratch::ScratchPool::new(prog.program.len() * CHUNK, T::from_f64(0.0));
+    // A chain (bias, residual, activation) runs in place on the output; anything else through
+    // the chunked evaluator and its scratch registers.
+    let plan = super::epilogue::RowPlan::<T>::compile(&prog.program, &prog.srcs);
+    let scratch =
+        super::scratch::ScratchPool::new(if plan.is_some() { 0 } else { prog.program.len() * CHUNK }, T::from_f64(0.0));
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(prog.srcs.len() + 1);
     let mut cache = super::matmul::BCache::<T>::default();
     Box::new(move |b: &Bufs<'_>| {
@@ -127,24 +131,31 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
         let out = b.output::<T>();
         let (optr, olen) = (out.as_mut_ptr() as usize, out.len());
         let ins = &ins;
-        let epi = |s0: usize, len: usize| {
+        let epi = |s0: usize, rows: usize, w: usize, stride: usize| {
+            assert!(rows == 0 || s0 + (rows - 1) * stride + w <= olen, "epilogue block out of bounds");
+            if let Some(plan) = &plan {
+                // SAFETY: the block is finished output that only this call touches; the plan
+                // reads live inputs of the step, disjoint from the output.
+                return unsafe { plan.run_rows(optr as *mut T, s0, rows, w, stride, ins) };
+            }
             let mut regs = scratch.take();
-            let mut s = s0;
-            while s < s0 + len {
-                let e = (s + CHUNK).min(s0 + len);
-                assert!(e <= olen, "epilogue range out of bounds");
-                // SAFETY: `s..e` is a finished run of the output that only this call touches.
-                let o = unsafe { std::slice::from_raw_parts_mut((optr as *mut T).add(s), e - s) };
-                let res = prog.eval(&mut regs, s, e - s, |k, src, r| match k {
-                    Buf::Out => r.copy_from_slice(o),
-                    Buf::In(i) => {
-                        let (p, l) = ins[i];
-                        // SAFETY: a live input buffer of the step, disjoint from the output.
-                        fill(src, unsafe { std::slice::from_raw_parts(p as *const T, l) }, r, s);
-                    }
-                });
-                o.copy_from_slice(res);
-                s = e;
+            for r in 0..rows {
+                let (row, mut s) = (s0 + r * stride, s0 + r * stride);
+                while s < row + w {
+                    let e = (s + CHUNK).min(row + w);
+                    // SAFETY: `s..e` is a finished run of the output that only this call touches.
+                    let o = unsafe { std::slice::from_raw_parts_mut((optr as *mut T).add(s), e - s) };
+                    let res = prog.eval(&mut regs, s, e - s, |k, src, r| match k {
+                        Buf::Out => r.copy_from_slice(o),
+                        Buf::In(i) => {
+                            let (p, l) = ins[i];
+                            // SAFETY: a live input buffer of the step, disjoint from the output.
+                            fill(src, unsafe { std::slice::from_raw_parts(p as *const T, l) }, r, s);
+                        }
+                    });
+                    o.copy_from_slice(res);
+                    s = e;
+                }
             }
         };
         let pb = cache.get(b.input_version(1), &geo, b.input::<T>(1));
@@ -157,7 +168,7 @@ fn in_gemm<T: FloatElem + crate::gemm::GemmElem>(
 pub(super) struct Prog<T> {
     pub(super) program: Vec<Instr>,
     consts: Vec<T>,
-    srcs: Vec<(Buf, Src)>,
+    pub(super) srcs: Vec<(Buf, Src)>,
 }
 
 impl<T: FloatElem> Prog<T> {

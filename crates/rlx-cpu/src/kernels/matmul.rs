@@ -120,8 +120,9 @@ pub(super) fn half_packed<H: HalfElem>(
     }
 }
 
-/// A callback on a finished run of output elements: `(first flat index, count)`.
-pub(super) type FlatEpilogue<'a> = &'a (dyn Fn(usize, usize) + Sync);
+/// A callback on a finished block of the output: `(first flat index, rows, columns, row
+/// stride)`, the rows `stride` elements apart.
+pub(super) type BlockEpilogue<'a> = &'a (dyn Fn(usize, usize, usize, usize) + Sync);
 
 /// B packed ahead of time when it is a param (a weight): packed on the second run that sees the
 /// same version (so a param rewritten every run, as in training, is never packed twice), its
@@ -196,7 +197,7 @@ pub(super) fn packed<T: GemmElem>(
     y: &[T],
     z: &mut [T],
     packed_b: Option<*const T>,
-    epi: Option<FlatEpilogue<'_>>,
+    epi: Option<BlockEpilogue<'_>>,
 ) {
     let Geometry { m, k, n, sa, sb, .. } = *geo;
     for (bi, &(pa, pb)) in geo.batches.iter().enumerate() {
@@ -204,11 +205,7 @@ pub(super) fn packed<T: GemmElem>(
         let av = MatRef { ptr: a.as_ptr(), rs: sa.0 as isize, cs: sa.1 as isize };
         let bv = MatRef { ptr: bm.as_ptr(), rs: sb.0 as isize, cs: sb.1 as isize };
         let base = bi * m * n;
-        let rows = |i0: usize, r: usize, j0: usize, w: usize| {
-            if let Some(f) = epi {
-                (i0..i0 + r).for_each(|i| f(base + i * n + j0, w));
-            }
-        };
+        let rows = |i0: usize, r: usize, j0: usize, w: usize| epi.map_or((), |f| f(base + i0 * n + j0, r, w, n));
         let tile: Option<crate::gemm::Epilogue<'_>> = epi.map(|_| &rows as _);
         let bs = packed_b.map_or(BSrc::View(bv), |p| BSrc::Packed(bv, p));
         // SAFETY: the slices hold m*k, k*n and m*n elements; the strides address only those; a

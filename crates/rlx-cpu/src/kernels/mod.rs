@@ -3,6 +3,7 @@
 mod attention;
 mod cross_entropy;
 mod elementwise;
+mod epilogue;
 mod fused;
 mod fused_norm;
 mod half_fused;

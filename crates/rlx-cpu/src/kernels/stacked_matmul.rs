@@ -133,7 +133,9 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     let nr = T::kernel().nr;
     let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
     let per_group = row_blocks * col_blocks;
-    let width = prog.as_ref().map_or(0, |p| p.program.len() * CHUNK);
+    // Chains (bias, activation) run in place on the output; other programs through scratch.
+    let plan = prog.as_ref().and_then(|p| super::epilogue::RowPlan::<T>::compile(&p.program, &p.srcs));
+    let width = if plan.is_some() { 0 } else { prog.as_ref().map_or(0, |p| p.program.len() * CHUNK) };
     let scratch = super::scratch::ScratchPool::new(width, T::from_f64(0.0));
     let mut packed: Vec<Option<usize>> = vec![None; geo.groups];
     let mut ins: Vec<(usize, usize)> = Vec::with_capacity(1 + geo.groups * (1 + geo.extras));
@@ -165,8 +167,15 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
             let c = MatMut { ptr: (optr as *mut T).wrapping_add(base + i0 * n + j0), rs: n as isize };
             let epi = |bi: usize, br: usize, bj: usize, bw: usize| {
                 let Some(prog) = &prog else { return };
-                let mut regs = scratch.take();
                 let first = 1 + groups + g * extras;
+                if let Some(plan) = &plan {
+                    // SAFETY: a finished block of this group's output, touched only by this task;
+                    // the plan reads live inputs of the step, disjoint from the output.
+                    return unsafe {
+                        plan.run_rows((optr as *mut T).add(base), (i0 + bi) * n + j0 + bj, br, bw, n, &ins[first..])
+                    };
+                }
+                let mut regs = scratch.take();
                 for i in i0 + bi..i0 + bi + br {
                     // Flat index within this group's output, and its run of columns.
                     let (s0, len) = (i * n + j0 + bj, bw);

@@ -48,20 +48,40 @@ pub fn tanh_f32(x: f32) -> f32 {
     if x.is_nan() { x } else { y }
 }
 
-/// `erf` without calls: a Taylor series below 0.5, else Abramowitz & Stegun 7.1.26.
+/// `erf(x) = x g(x^2)` for |x| <= `ERF_LIM`, with g a degree-14 polynomial in
+/// `t = x^2 / 7 - 1` (a Chebyshev fit of erf(x)/x over x^2 in [0, 14], made by
+/// tools/fit_erf.py): at most 1.9e-7 absolute, 2.4e-7 relative error. Beyond the limit, +-1.
+pub(crate) const ERF_POLY: [f32; 15] = [
+    3.7789539e-01,
+    -1.8843356e-01,
+    1.395248e-01,
+    -1.12056255e-01,
+    9.06959e-02,
+    -7.147495e-02,
+    5.347885e-02,
+    -3.6949355e-02,
+    2.4360323e-02,
+    -1.6623495e-02,
+    9.407031e-03,
+    -2.8335634e-03,
+    1.5181145e-03,
+    -2.187784e-03,
+    9.3979033e-04,
+];
+/// Largest |x| the polynomial covers (sqrt 14); erf rounds to +-1 within 1.6e-7 past it.
+pub(crate) const ERF_LIM: f32 = 3.741_657_5;
+/// `t = x^2 * ERF_T_SCALE - 1` maps x^2 in [0, 14] to [-1, 1].
+pub(crate) const ERF_T_SCALE: f32 = 2.0 / 14.0;
+
+/// `erf` without calls or branches on the value: one polynomial (`ERF_POLY`), then +-1 past
+/// `ERF_LIM`.
 #[inline(always)]
 pub fn erf_f32(x: f32) -> f32 {
-    let a = x.abs();
-    let x2 = x * x;
-    let series = x
-        * std::f32::consts::FRAC_2_SQRT_PI
-        * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + x2 * (1.0 / 216.0 + x2 * (-1.0 / 1320.0))))));
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    let tail = 1.0 - poly * exp_f32(-x2);
-    let tail = if x < 0.0 { -tail } else { tail };
-    let y = if a < 0.5 { series } else { tail };
-    if x.is_nan() { x } else { y }
+    let xc = x.clamp(-ERF_LIM, ERF_LIM);
+    let t = xc * xc * ERF_T_SCALE - 1.0;
+    let g = ERF_POLY.iter().rev().fold(0.0, |acc, &c| acc * t + c);
+    // NaN fails the comparison and stays NaN through the polynomial.
+    if x.abs() > ERF_LIM { 1f32.copysign(x) } else { xc * g }
 }
 
 impl Scalar for V32 {
@@ -129,13 +149,13 @@ impl Scalar for V32 {
 
 /// `T`'s elements as f32 when `T` is f32.
 #[inline(always)]
-fn as_f32<T: 'static>(x: &[T]) -> Option<&[f32]> {
+pub(super) fn as_f32<T: 'static>(x: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32 (checked by TypeId), so the layout is identical.
     (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| unsafe { &*(x as *const [T] as *const [f32]) })
 }
 
 #[inline(always)]
-fn as_f32_mut<T: 'static>(x: &mut [T]) -> Option<&mut [f32]> {
+pub(super) fn as_f32_mut<T: 'static>(x: &mut [T]) -> Option<&mut [f32]> {
     // SAFETY: as above.
     (TypeId::of::<T>() == TypeId::of::<f32>()).then(|| unsafe { &mut *(x as *mut [T] as *mut [f32]) })
 }
@@ -164,6 +184,28 @@ pub fn binary<T: 'static>(op: BinaryKind, a: &[T], b: &[T], out: &mut [T]) -> bo
 
 crate::simd_entry!(unary_simd = unary_body<>(u: UnaryKind, x: &[f32], out: &mut [f32]));
 crate::simd_entry!(binary_simd = binary_body<>(op: BinaryKind, a: &[f32], b: &[f32], out: &mut [f32]));
+crate::simd_entry!(pub(super) unary_in_place = unary_in_place_body<>(u: UnaryKind, x: &mut [f32]));
+
+/// `x = u(x)`, with the same loops (so the same results) as `unary_body`.
+#[inline(always)]
+fn unary_in_place_body<const FMA: bool>(u: UnaryKind, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: FMA is only set inside code compiled for AVX2 + FMA on a CPU that has them.
+        if unsafe { simd8::unary_in_place(u, x) } {
+            return;
+        }
+    }
+    macro_rules! each {
+        ($($k:ident),*) => {
+            match u {
+                $(UnaryKind::$k => x.iter_mut().for_each(|o| *o = UnaryKind::$k.eval(V32(*o)).0),)*
+                _ => x.iter_mut().for_each(|o| *o = u.eval(*o)),
+            }
+        };
+    }
+    each!(Neg, Abs, Exp, Sqrt, Rsqrt, Recip, Square, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf);
+}
 
 /// One loop per hot op, so that its expression is inlined and vectorized; others run `eval`.
 /// With AVX2 + FMA, erf, tanh and the GELUs run hand-written 8-lane loops (`simd8.rs`).

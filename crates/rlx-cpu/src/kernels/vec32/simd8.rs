@@ -26,6 +26,46 @@ pub unsafe fn unary(u: UnaryKind, x: &[f32], out: &mut [f32]) -> bool {
     true
 }
 
+/// `x = u(x)` in place, with the loops of `unary`; false (nothing written) for other ops.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn unary_in_place(u: UnaryKind, x: &mut [f32]) -> bool {
+    match u {
+        UnaryKind::Gelu => lanes_in_place(x, |v| gelu8(v)),
+        UnaryKind::GeluTanh => lanes_in_place(x, |v| gelu_tanh8(v)),
+        UnaryKind::Erf => lanes_in_place(x, |v| erf8(v)),
+        UnaryKind::Tanh => lanes_in_place(x, |v| tanh8(v)),
+        UnaryKind::Exp => lanes_in_place(x, |v| exp8(v)),
+        _ => return false,
+    }
+    true
+}
+
+/// `x[i] = f(x[i])` 8 lanes at a time; the tail as in `lanes`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes_in_place(x: &mut [f32], f: impl Fn(__m256) -> __m256) {
+    let n = x.len();
+    let n8 = n / 8 * 8;
+    for j in (0..n8).step_by(8) {
+        // SAFETY: j + 8 <= n8 <= n; only inlined into AVX2 code (`unary_in_place`).
+        unsafe {
+            let p = x.as_mut_ptr().add(j);
+            _mm256_storeu_ps(p, f(_mm256_loadu_ps(p)))
+        };
+    }
+    if n > n8 {
+        let mut buf = [0f32; 8];
+        buf[..n - n8].copy_from_slice(&x[n8..n]);
+        // SAFETY: 8 lanes.
+        unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr()))) };
+        x[n8..n].copy_from_slice(&buf[..n - n8]);
+    }
+}
+
 /// `out[i] = f(x[i])` 8 lanes at a time; the tail goes through a zero-padded buffer, so it
 /// rounds as the body does.
 #[cfg(target_arch = "x86_64")]
@@ -74,28 +114,22 @@ pub fn exp8(x: __m256) -> __m256 {
     _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, splat(-87.336_55), _CMP_LT_OQ))
 }
 
-/// `erf_f32` on 8 lanes: a Taylor series below 0.5, else Abramowitz & Stegun 7.1.26.
+/// `erf_f32` on 8 lanes: the same polynomial, with fused multiply-adds.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub fn erf8(x: __m256) -> __m256 {
-    let sign = _mm256_and_ps(x, splat(-0.0));
-    let a = _mm256_andnot_ps(splat(-0.0), x);
-    let x2 = _mm256_mul_ps(x, x);
-    let mut s = splat(-1.0 / 1320.0);
-    for c in [1.0 / 216.0, -1.0 / 42.0, 0.1, -1.0 / 3.0, 1.0] {
-        s = _mm256_fmadd_ps(s, x2, splat(c));
+    use super::{ERF_LIM, ERF_POLY, ERF_T_SCALE};
+    // max/min return their second operand when either is NaN: NaN passes through the clamps.
+    let xc = _mm256_min_ps(splat(ERF_LIM), _mm256_max_ps(splat(-ERF_LIM), x));
+    let t = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), splat(ERF_T_SCALE), splat(-1.0));
+    let mut g = splat(ERF_POLY[14]);
+    for &c in ERF_POLY[..14].iter().rev() {
+        g = _mm256_fmadd_ps(g, t, splat(c));
     }
-    let series = _mm256_mul_ps(_mm256_mul_ps(x, splat(std::f32::consts::FRAC_2_SQRT_PI)), s);
-    let t = _mm256_div_ps(splat(1.0), _mm256_fmadd_ps(a, splat(0.327_591_1), splat(1.0)));
-    let mut p = splat(1.061_405_4);
-    for c in [-1.453_152_1, 1.421_413_7, -0.284_496_74, 0.254_829_6] {
-        p = _mm256_fmadd_ps(p, t, splat(c));
-    }
-    let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x2));
-    let tail = _mm256_fnmadd_ps(_mm256_mul_ps(p, t), e, splat(1.0));
-    let tail = _mm256_or_ps(tail, sign);
-    // NaN compares false and takes the tail, which is NaN too.
-    _mm256_blendv_ps(tail, series, _mm256_cmp_ps(a, splat(0.5), _CMP_LT_OQ))
+    let y = _mm256_mul_ps(xc, g);
+    let one = _mm256_or_ps(splat(1.0), _mm256_and_ps(x, splat(-0.0)));
+    let past = _mm256_cmp_ps(_mm256_andnot_ps(splat(-0.0), x), splat(ERF_LIM), _CMP_GT_OQ);
+    _mm256_blendv_ps(y, one, past)
 }
 
 /// `tanh_f32` on 8 lanes: a Taylor series below 0.3, else `(1 - e) / (1 + e)`, `e = exp(-2|x|)`.
