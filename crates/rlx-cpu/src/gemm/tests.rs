@@ -173,6 +173,9 @@ fn every_split_and_blocking_path_matches_naive() {
         (700, 50, 400),
         (419, 45, 1031),
         (397, 2101, 20),
+        // Past the deepest k block of every kernel (1024 x 1.5): several blocks, ragged.
+        (100, 70, 1700),
+        (419, 45, 3100),
     ] {
         check(m, n, k);
     }
