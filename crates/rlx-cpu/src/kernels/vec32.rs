@@ -2,6 +2,23 @@
 //! them, evaluated on `V32`: an f32 whose exp, tanh and erf are branch-free polynomials (so the
 //! loops vectorize), compiled for AVX2+FMA when the CPU has it.
 
+/// The clamped polynomial part of erf for one vector width: `xc g(xc^2)` with xc = x clamped to
+/// +-`ERF_LIM` (`erf8` and `erf16` add the +-1 past the limit their own way).
+#[cfg(target_arch = "x86_64")]
+macro_rules! erf_clamped_poly {
+    ($x:expr, $splat:ident, $min:ident, $max:ident, $mul:ident, $fmadd:ident) => {{
+        use $crate::kernels::vec32::{ERF_LIM, ERF_POLY, ERF_T_SCALE};
+        // max/min return their second operand when either is NaN: NaN passes through the clamps.
+        let xc = $min($splat(ERF_LIM), $max($splat(-ERF_LIM), $x));
+        let t = $fmadd($mul(xc, xc), $splat(ERF_T_SCALE), $splat(-1.0));
+        let mut g = $splat(ERF_POLY[14]);
+        for &c in ERF_POLY[..14].iter().rev() {
+            g = $fmadd(g, t, $splat(c));
+        }
+        $mul(xc, g)
+    }};
+}
+
 pub(crate) mod simd16;
 pub(crate) mod simd8;
 

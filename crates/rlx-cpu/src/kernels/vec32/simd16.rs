@@ -31,16 +31,8 @@ pub fn avx512() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn unary(u: UnaryKind, x: &[f32], out: &mut [f32]) -> bool {
-    let n = x.len().min(out.len());
-    let (src, dst) = (x.as_ptr(), out.as_mut_ptr());
-    match u {
-        // SAFETY: both slices hold n elements.
-        UnaryKind::Gelu => unsafe { lanes(src, dst, n, |v| gelu16(v)) },
-        // SAFETY: as above.
-        UnaryKind::Erf => unsafe { lanes(src, dst, n, |v| erf16(v)) },
-        _ => return false,
-    }
-    true
+    // SAFETY: both slices hold at least n elements.
+    unsafe { apply(u, x.as_ptr(), out.as_mut_ptr(), x.len().min(out.len())) }
 }
 
 /// `x = u(x)` in place, as `unary`.
@@ -50,12 +42,23 @@ pub unsafe fn unary(u: UnaryKind, x: &[f32], out: &mut [f32]) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn unary_in_place(u: UnaryKind, x: &mut [f32]) -> bool {
-    let (n, p) = (x.len(), x.as_mut_ptr());
+    let p = x.as_mut_ptr();
+    // SAFETY: reads and writes the same elements, each lane once.
+    unsafe { apply(u, p, p, x.len()) }
+}
+
+/// `dst = u(src)` over n elements for the ops above (`src` may equal `dst`).
+///
+/// # Safety
+/// The CPU has AVX-512F; `src` and `dst` hold n elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn apply(u: UnaryKind, src: *const f32, dst: *mut f32, n: usize) -> bool {
     match u {
-        // SAFETY: reads and writes the same n elements, each lane once.
-        UnaryKind::Gelu => unsafe { lanes(p, p, n, |v| gelu16(v)) },
-        // SAFETY: as above.
-        UnaryKind::Erf => unsafe { lanes(p, p, n, |v| erf16(v)) },
+        // SAFETY: forwarded.
+        UnaryKind::Gelu => unsafe { lanes(src, dst, n, |v| gelu16(v)) },
+        // SAFETY: forwarded.
+        UnaryKind::Erf => unsafe { lanes(src, dst, n, |v| erf16(v)) },
         _ => return false,
     }
     true
@@ -92,19 +95,11 @@ fn splat(v: f32) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub fn erf16(x: __m512) -> __m512 {
-    use super::{ERF_LIM, ERF_POLY, ERF_T_SCALE};
-    // max/min return their second operand when either is NaN: NaN passes through the clamps.
-    let xc = _mm512_min_ps(splat(ERF_LIM), _mm512_max_ps(splat(-ERF_LIM), x));
-    let t = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), splat(ERF_T_SCALE), splat(-1.0));
-    let mut g = splat(ERF_POLY[14]);
-    for &c in ERF_POLY[..14].iter().rev() {
-        g = _mm512_fmadd_ps(g, t, splat(c));
-    }
-    let y = _mm512_mul_ps(xc, g);
+    let y = erf_clamped_poly!(x, splat, _mm512_min_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_fmadd_ps);
     // +-1 with x's sign (integer ops: float and/or need AVX-512DQ).
     let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
     let one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(splat(1.0)), sign));
-    let past = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(x), splat(ERF_LIM));
+    let past = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(x), splat(super::ERF_LIM));
     _mm512_mask_blend_ps(past, y, one)
 }
 

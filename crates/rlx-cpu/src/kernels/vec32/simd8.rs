@@ -118,17 +118,9 @@ pub fn exp8(x: __m256) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub fn erf8(x: __m256) -> __m256 {
-    use super::{ERF_LIM, ERF_POLY, ERF_T_SCALE};
-    // max/min return their second operand when either is NaN: NaN passes through the clamps.
-    let xc = _mm256_min_ps(splat(ERF_LIM), _mm256_max_ps(splat(-ERF_LIM), x));
-    let t = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), splat(ERF_T_SCALE), splat(-1.0));
-    let mut g = splat(ERF_POLY[14]);
-    for &c in ERF_POLY[..14].iter().rev() {
-        g = _mm256_fmadd_ps(g, t, splat(c));
-    }
-    let y = _mm256_mul_ps(xc, g);
+    let y = erf_clamped_poly!(x, splat, _mm256_min_ps, _mm256_max_ps, _mm256_mul_ps, _mm256_fmadd_ps);
     let one = _mm256_or_ps(splat(1.0), _mm256_and_ps(x, splat(-0.0)));
-    let past = _mm256_cmp_ps(_mm256_andnot_ps(splat(-0.0), x), splat(ERF_LIM), _CMP_GT_OQ);
+    let past = _mm256_cmp_ps(_mm256_andnot_ps(splat(-0.0), x), splat(super::ERF_LIM), _CMP_GT_OQ);
     _mm256_blendv_ps(y, one, past)
 }
 
