@@ -14,7 +14,21 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 }
 
 fn time_graph(label: &str, g: Graph, feeds: Vec<(String, Vec<f32>)>, runs: usize) -> Result<(), String> {
+    time_graph_with(label, g, &[], feeds, runs)
+}
+
+/// `time_graph` with `params` set once before the runs (weights: kernels may pack them once).
+fn time_graph_with(
+    label: &str,
+    g: Graph,
+    params: &[(&str, Vec<f32>)],
+    feeds: Vec<(String, Vec<f32>)>,
+    runs: usize,
+) -> Result<(), String> {
     let mut c = Session::new(Device::Cpu).compile(g).map_err(|e| e.to_string())?;
+    for (name, v) in params {
+        c.set_param(name, v).map_err(|e| e.to_string())?;
+    }
     // Raw bytes in graph input order and a preallocated output: times the kernels, not conversions.
     let names: Vec<String> = c.inputs().iter().map(|(n, _)| n.clone()).collect();
     let bytes: Vec<Vec<u8>> = names
@@ -83,6 +97,20 @@ pub fn run(runs: usize) -> Result<(), String> {
         let feeds = vec![("x".into(), values(m * k, 8)), ("w".into(), values(k * n, 9)), ("b".into(), values(n, 10))];
         let what = ["", " + bias", " + bias, gelu"][epi];
         time_graph(&format!("matmul [{m},{k}]x[{k},{n}]{what}"), g, feeds, runs)?;
+    }
+    // Sibling projections of one input as one stacked matmul over param weights (K/V of a Qwen3
+    // layer at 128 tokens; Q/K/V of a 2048-wide model at 512 tokens).
+    for (m, k, n, groups) in [(128, 1024, 1024, 2), (512, 2048, 2048, 3)] {
+        let mut g = Graph::new("stacked");
+        let x = g.input("x", Shape::new(&[m, k], DType::F32));
+        let names: Vec<String> = (0..groups).map(|i| format!("w{i}")).collect();
+        let ws: Vec<_> = names.iter().map(|nm| g.param(nm, Shape::new(&[k, n], DType::F32))).collect();
+        let y = g.stacked_matmul(x, &ws, false);
+        g.set_outputs(vec![y]);
+        let params: Vec<(&str, Vec<f32>)> =
+            names.iter().enumerate().map(|(i, nm)| (nm.as_str(), values(k * n, 20 + i as u32))).collect();
+        let label = format!("stacked_matmul [{m},{k}] x {groups} x [{k},{n}] (params)");
+        time_graph_with(&label, g, &params, vec![("x".into(), values(m * k, 19))], runs)?;
     }
     let mut g = Graph::new("ln");
     let x = g.input("x", Shape::new(&[128, 384], DType::F32));

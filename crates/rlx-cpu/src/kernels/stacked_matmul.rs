@@ -23,6 +23,11 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
 /// A row block of A is kept near this many bytes (half of L2), so it stays cached across the
 /// column blocks that read it.
 const A_BLOCK_BYTES: usize = 128 << 10;
+/// The GEMM's k block (`gemm::KC`), which sizes row blocks when the weights are past L3.
+const KC: usize = 256;
+/// Weight bytes (all groups) above which re-reading them per row block goes to DRAM (half of a
+/// 32 MB L3).
+const WEIGHTS_IN_L3: usize = 16 << 20;
 /// Most tasks per dispatch (each task is a GEMM call with its own fixed cost).
 const MAX_TASKS: usize = 64;
 
@@ -110,10 +115,15 @@ fn grid<T: GemmElem>(geo: &Geo) -> (usize, usize) {
 fn grid_on<T: GemmElem>(geo: &Geo, threads: usize) -> (usize, usize) {
     let (mr, nr) = (T::kernel().mr, T::kernel().nr);
     let size = std::mem::size_of::<T>();
-    let rb = if geo.rows * geo.k * size <= 2 * A_BLOCK_BYTES {
+    // Every row block streams all the weights again: while they fit in L3 that is cheap and
+    // row blocks are sized by all of k (A's rows stay in L2); past L3 each pass comes from DRAM,
+    // so row blocks are sized by A's k block instead (taller, fewer passes).
+    let weights = geo.groups * geo.k * geo.n * size;
+    let kb = if weights > WEIGHTS_IN_L3 { geo.k.clamp(1, KC) } else { geo.k.max(1) };
+    let rb = if geo.rows * kb * size <= 2 * A_BLOCK_BYTES {
         geo.rows.max(1)
     } else {
-        (A_BLOCK_BYTES / (geo.k.max(1) * size) / mr).max(1) * mr
+        (A_BLOCK_BYTES / (kb * size) / mr).max(1) * mr
     };
     let (row_blocks, tiles) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).max(1));
     // The busiest thread's panels (tasks claimed in rounds), then the distance from 4 panels.
@@ -221,7 +231,16 @@ mod tests {
 
     #[test]
     fn grid_covers_the_output_with_bounded_balanced_tasks() {
-        let shapes = [(3, 128, 384, 384), (3, 1024, 384, 384), (2, 1, 896, 4864), (3, 7, 5, 17), (3, 128, 384, 1152)];
+        // The last two have weights past L3 (row blocks by the k block).
+        let shapes = [
+            (3, 128, 384, 384),
+            (3, 1024, 384, 384),
+            (2, 1, 896, 4864),
+            (3, 7, 5, 17),
+            (3, 128, 384, 1152),
+            (3, 512, 2048, 2048),
+            (2, 300, 4864, 896),
+        ];
         for &(groups, rows, k, n) in &shapes {
             for threads in [1, 2, 3, 4] {
                 let geo = Geo { groups, rows, k, n, sb: (n, 1), extras: 0 };
@@ -239,6 +258,10 @@ mod tests {
                 assert!(busiest <= total.div_ceil(threads) + cw, "{what:?}: {busiest} of {total}");
             }
         }
+        // Weights past L3: row blocks sized by the k block (120 rows at k 2048), not by all of k
+        // (12 rows, which would stream 48 MB of weights from DRAM 43 times).
+        let big = Geo { groups: 3, rows: 512, k: 2048, n: 2048, sb: (2048, 1), extras: 0 };
+        assert!(grid_on::<f32>(&big, 2).0 >= 96, "{:?}", grid_on::<f32>(&big, 2));
         // MiniLM's QKV on two threads: every thread gets exactly half of the panels.
         let geo = Geo { groups: 3, rows: 128, k: 384, n: 384, sb: (384, 1), extras: 0 };
         let (_, cw) = grid_on::<f32>(&geo, 2);

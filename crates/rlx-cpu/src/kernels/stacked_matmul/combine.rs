@@ -14,8 +14,7 @@ use crate::threads;
 use rlx_ir::ops::{Instr, StackedMatMul};
 use rlx_ir::{DType, Result};
 
-/// The GEMM's deepest k block (`gemm::KC`).
-const KC: usize = 256;
+use super::KC;
 
 /// The kernel for a combining `op` of geometry `geo` (`geo.extras`: all the extras).
 pub(super) fn kernel(ctx: &KernelCtx<'_>, op: &StackedMatMul, geo: Geo) -> Result<Kernel> {
