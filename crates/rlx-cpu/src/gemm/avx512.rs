@@ -65,6 +65,8 @@ macro_rules! zmm_tile {
             prefetch_c(cb, rsb, m, wb);
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
+            // Two copies of the k loop on purpose: one step closure for both (offsets passed in)
+            // measured 39-50 GFLOP/s against 113-115 (the accumulators no longer stay in zmm).
             if a.rs == 1 && a.cs == MR as isize {
                 // A packed panel (zero padded past m): fixed offsets.
                 let step = |r: &mut [[$v; NV]; MR], p: usize| {

@@ -19,8 +19,6 @@ const MAX_TILE: usize = 1024;
 const A_BLOCK_BYTES: usize = 384 << 10;
 /// Widest column block of one task, in B panels.
 const MAX_COL_PANELS: usize = 16;
-/// Products below this many flops run on the calling thread alone.
-const SERIAL_FLOPS: f64 = 2.0e5;
 /// Elements widened at a time when a row or column is scattered into a panel.
 const CHUNK: usize = 128;
 
@@ -172,7 +170,7 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
         return;
     }
     let flops = 2.0 * (m * n) as f64 * k as f64;
-    let threads = if threaded && flops >= SERIAL_FLOPS { threads::num_threads() } else { 1 };
+    let threads = if threaded && flops >= super::SERIAL_FLOPS { threads::num_threads() } else { 1 };
     if m < 4 && packed_b.is_none() && epi.is_none() {
         // Decode shapes: stream B once per row instead of packing it.
         let tasks = threads.min(n.div_ceil(64)).max(1);

@@ -136,6 +136,9 @@ pub type APanel<T> = MatRef<T>;
 /// A callback on finished blocks of C: `(first row, rows, first column, columns)`.
 pub type Epilogue<'a> = &'a (dyn Fn(usize, usize, usize, usize) + Sync);
 
+/// Products below this many flops run on the calling thread (waking the pool costs more).
+pub const SERIAL_FLOPS: f64 = 2.0e5;
+
 /// Most tasks one GEMM is split into (one packing slot each).
 const MAX_TASKS: usize = 64;
 
@@ -364,7 +367,7 @@ unsafe fn gemm_with<T: GemmElem>(
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     if m < 4 {
         // Decode shapes: stream B once per row instead of packing it.
-        let tasks = if flops < 2.0e5 { 1 } else { threads.min(n.div_ceil(64)).max(1) };
+        let tasks = if flops < SERIAL_FLOPS { 1 } else { threads.min(n.div_ceil(64)).max(1) };
         let per = n.div_ceil(tasks).div_ceil(16) * 16;
         for i in 0..m {
             let (ai, ci) = (
@@ -384,7 +387,7 @@ unsafe fn gemm_with<T: GemmElem>(
     }
     // Small products are not worth waking threads for.
     let tiles_n = n.div_ceil(nr);
-    let threads = if flops < 2.0e5 { 1 } else { threads.clamp(1, MAX_TASKS) };
+    let threads = if flops < SERIAL_FLOPS { 1 } else { threads.clamp(1, MAX_TASKS) };
     if a.cs == 1 && k > 0 && (b.prepacked() || direct_a(m, k, a, kern)) {
         // A row-major and B packed once: a grid of (row block, column block) tasks that share
         // nothing, read A in place and are claimed dynamically (a descheduled thread's share

@@ -306,13 +306,14 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         });
         let kt = if g.transposed { &kt[..] } else { k };
         let out = SharedMut(bufs.output::<T>().as_mut_ptr());
+        let work = Work { g: &g, scale, q, k: kt, v, mask, spans, out };
         parallel_for(items, &|item| {
             // At most num_threads() items run at once: one slot is always free.
             let mut guard = slots.iter().find_map(|s| s.try_lock().ok());
             let Some(sc) = guard.as_deref_mut() else {
-                return item_with_new_scratch::<T>(&g, scale, simd, q, kt, v, mask, spans, out, item);
+                return item_with_new_scratch::<T>(simd, &work, item);
             };
-            any_item::<T>(simd, &g, scale, q, kt, v, mask, spans, out, item, sc);
+            any_item::<T>(simd, &work, item, sc);
         });
         Ok(())
     })
@@ -326,77 +327,44 @@ enum Mask<'a, T> {
     Add(&'a [T]),
 }
 
+/// What every work item of one call reads: the geometry, the score scale, Q, K (transposed
+/// when `g.transposed`) and V in the compute type, the custom mask with its spans, the output.
+#[derive(Clone, Copy)]
+struct Work<'a, T: Compute> {
+    g: &'a Geo,
+    scale: T::C,
+    q: &'a [T::C],
+    k: &'a [T::C],
+    v: &'a [T::C],
+    mask: Mask<'a, T>,
+    spans: &'a Spans,
+    out: SharedMut<T>,
+}
+
 /// Never reached in practice (a slot is free whenever an item runs); kept so that a pool change
 /// cannot turn a busy slot into a wrong result.
-#[allow(clippy::too_many_arguments)]
 #[cold]
-fn item_with_new_scratch<T: Compute>(
-    g: &Geo,
-    scale: T::C,
-    simd: bool,
-    q: &[T::C],
-    k: &[T::C],
-    v: &[T::C],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-) {
-    let mut sc = Scratch::new(g);
-    any_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, &mut sc);
+fn item_with_new_scratch<T: Compute>(simd: bool, w: &Work<'_, T>, item: usize) {
+    let mut sc = Scratch::new(w.g);
+    any_item::<T>(simd, w, item, &mut sc);
 }
 
 /// One work item on the dense path when it applies, else the online-softmax one.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn any_item<T: Compute>(
-    simd: bool,
-    g: &Geo,
-    scale: T::C,
-    q: &[T::C],
-    k: &[T::C],
-    v: &[T::C],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-    sc: &mut Scratch<T::C>,
-) {
-    if g.dense {
-        dense::item::<T>(g, scale, q, k, v, mask, spans, out, item, sc);
+fn any_item<T: Compute>(simd: bool, w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
+    if w.g.dense {
+        dense::item::<T>(w, item, sc);
     } else {
-        run_item::<T>(simd, g, scale, q, k, v, mask, spans, out, item, sc);
+        run_item::<T>(simd, w, item, sc);
     }
 }
 
-crate::simd_entry!(run_item = item_body<T: Compute>(
-    g: &Geo,
-    scale: T::C,
-    q: &[T::C],
-    k: &[T::C],
-    v: &[T::C],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-    sc: &mut Scratch<T::C>
-));
+crate::simd_entry!(run_item = item_body<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>));
 
 /// One (batch, head, query block): online softmax over the visible key blocks.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn item_body<T: Compute, const FMA: bool>(
-    g: &Geo,
-    scale: T::C,
-    q: &[T::C],
-    k: &[T::C],
-    v: &[T::C],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-    sc: &mut Scratch<T::C>,
-) {
+fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
+    let Work { g, scale, q, k, v, mask, spans, out } = *w;
     let (d, dv, t) = (g.d, g.dv, g.t);
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());

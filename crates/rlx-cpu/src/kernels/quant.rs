@@ -279,9 +279,7 @@ impl BuiltQMatMul {
             let w = b.input::<u8>(1);
             match shared.get(b.input_version(1), w) {
                 Some(packed) => {
-                    if scheme != QuantScheme::Q6_K {
-                        repack::pair_sums(&act, &mut ps);
-                    }
+                    repack::pair_sums_for(scheme, &act, &mut ps);
                     repack::matvec(isa, scheme, packed, &act, &ps, n, k, y);
                 }
                 None => matmul_rows(&act, k / 256, w, rb, n, y, f),
@@ -309,9 +307,7 @@ impl BuiltQMatMul {
             let w = b.input::<u8>(1);
             match shared.get(b.input_version(1), w) {
                 Some(packed) => {
-                    if scheme != QuantScheme::Q6_K {
-                        repack::pair_sums(&act, &mut ps);
-                    }
+                    repack::pair_sums_for(scheme, &act, &mut ps);
                     x8gemm::gemm(isa, scheme, packed, &act, &ps, (m, k), n, y);
                 }
                 None => gemm::gemm_k(isa, scheme, &act, (m, k), w, rb, n, y, &mut scratch),

@@ -136,6 +136,16 @@ fn grid_on<T: GemmElem>(geo: &Geo, threads: usize) -> (usize, usize) {
     (rb, cw.unwrap_or(tiles))
 }
 
+/// Runs `task` over `0..tasks`: on the pool, or on this thread for a product under
+/// `gemm::SERIAL_FLOPS`.
+fn run_tasks(tasks: usize, flops: f64, task: &(impl Fn(usize) + Sync)) {
+    if flops < crate::gemm::SERIAL_FLOPS {
+        (0..tasks).for_each(task);
+    } else {
+        threads::parallel_for(tasks, task);
+    }
+}
+
 fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     let mut caches: Vec<Packed<T>> =
         (0..geo.groups).map(|_| Packed { buf: vec![], packed: None, seen: None }).collect();
@@ -214,13 +224,7 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
             // a pool task, the GEMM stays on this thread.
             unsafe { gemm_src(m, w, k, a, bs, c, epi_ref) };
         };
-        let tasks = groups * per_group;
-        let flops = 2.0 * (groups * rows * n) as f64 * k as f64;
-        if flops < 2.0e5 {
-            (0..tasks).for_each(task);
-        } else {
-            threads::parallel_for(tasks, &task);
-        }
+        run_tasks(groups * per_group, 2.0 * (groups * rows * n) as f64 * k as f64, &task);
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 //! GEMM pass, each row then gets one softmax pass (its max is known before its exps, so there is
 //! no running rescale), and `P @ V` is a second GEMM pass.
 
-use super::{Geo, Mask, Scratch, Spans, item_keys, scaled_queries};
+use super::{Geo, Mask, Scratch, Spans, Work, item_keys, scaled_queries};
 use crate::kernels::math::{Compute, Real, SharedMut};
 
 /// Longest key span the dense path takes: a query block's scores (`BQ x MAX_T`) stay in L2.
@@ -42,21 +42,9 @@ struct Buf<'a> {
     l: &'a mut [f32],
 }
 
-/// One work item over its whole visible key span. `q`, `kt` (K transposed, rows of `tp`) and
-/// `v` are in the compute type, which must be f32 (`applies`).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn item<T: Compute>(
-    g: &Geo,
-    scale: T::C,
-    q: &[T::C],
-    kt: &[T::C],
-    v: &[T::C],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-    sc: &mut Scratch<T::C>,
-) {
+/// One work item over its whole visible key span; the compute type must be f32 (`applies`).
+pub(super) fn item<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
+    let Work { g, scale, q, k: kt, v, mask, spans, out } = *w;
     #[cfg(target_arch = "x86_64")]
     {
         let sc = Buf {

@@ -104,8 +104,9 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Row `r` of a Q4_K group block from one 144-byte block.
-fn put_q4k(blk: &[u8], r: usize, o: &mut [u8]) {
+/// Row `r`'s d, dmin, scales and mins of a Q4_K or Q5_K group block (the same 16-byte block
+/// header and group layout in both).
+fn put_k4_header(blk: &[u8], r: usize, o: &mut [u8]) {
     o[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
     o[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&blk[2..4]);
     let (sc, m) = scales_mins_k4(&blk[4..16]);
@@ -113,6 +114,11 @@ fn put_q4k(blk: &[u8], r: usize, o: &mut [u8]) {
         o[32 + 8 * j + r] = sc[j];
         o[96 + 16 * (j / 2) + 2 * r + j % 2] = m[j];
     }
+}
+
+/// Row `r` of a Q4_K group block from one 144-byte block.
+fn put_q4k(blk: &[u8], r: usize, o: &mut [u8]) {
+    put_k4_header(blk, r, o);
     for c in 0..4 {
         for g in 0..8 {
             let at = 160 + 256 * c + 32 * g + 4 * r;
@@ -123,13 +129,7 @@ fn put_q4k(blk: &[u8], r: usize, o: &mut [u8]) {
 
 /// Row `r` of a Q5_K group block from one 176-byte block.
 fn put_q5k(blk: &[u8], r: usize, o: &mut [u8]) {
-    o[2 * r..2 * r + 2].copy_from_slice(&blk[0..2]);
-    o[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&blk[2..4]);
-    let (sc, m) = scales_mins_k4(&blk[4..16]);
-    for j in 0..8 {
-        o[32 + 8 * j + r] = sc[j];
-        o[96 + 16 * (j / 2) + 2 * r + j % 2] = m[j];
-    }
+    put_k4_header(blk, r, o);
     for g in 0..8 {
         let at = Q5K_QH + 32 * g + 4 * r;
         o[at..at + 4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
@@ -221,6 +221,13 @@ pub fn pair_sums(a: &[Q8K], out: &mut [[i32; 4]]) {
             let s = |j: usize| (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32) as u16 as u32;
             *o = (s(2 * p) | (s(2 * p + 1) << 16)) as i32;
         }
+    }
+}
+
+/// `pair_sums` for the kernels of `scheme` that read them (Q4_K and Q5_K; Q6_K has no mins).
+pub fn pair_sums_for(scheme: QuantScheme, a: &[Q8K], out: &mut [[i32; 4]]) {
+    if scheme != QuantScheme::Q6_K {
+        pair_sums(a, out);
     }
 }
 

@@ -320,6 +320,19 @@ fn q6k_value_unpacking_paths_agree() {
     }
 }
 
+/// Asserts that `y` (m x n, from a repacked kernel on `isa`) equals the scalar row path over the
+/// original weight rows `w` and activations `x`, bit for bit.
+fn same_as_row_path(s: QuantScheme, isa: Isa, y: &[f32], w: &[u8], x: &[f32], (m, k, n): (usize, usize, usize)) {
+    let rb = s.row_bytes(k).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x[i * k..(i + 1) * k]);
+            let got = y[i * n + j];
+            assert_eq!(got.to_bits(), want.to_bits(), "{s} {isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {want}");
+        }
+    }
+}
+
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn repacked_prefill_matches_the_row_path_exactly() {
@@ -334,7 +347,6 @@ fn repacked_prefill_matches_the_row_path_exactly() {
             [(7usize, 3usize, &[2usize, 3, 5][..]), (9, 1, &[4, 9]), (17, 2, &[2, 65, 70]), (8, 1, &[64])]
         {
             let k = 256 * blocks;
-            let rb = s.row_bytes(k).unwrap();
             let seed = 8000 + 100 * si as u64 + n as u64;
             let w = k_rows(s, n, blocks, seed);
             let gb = repack::group_block_bytes(s).unwrap() * blocks;
@@ -351,17 +363,7 @@ fn repacked_prefill_matches_the_row_path_exactly() {
                 for &isa in &isas {
                     let mut y = vec![f32::NAN; m * n];
                     x8gemm::gemm(isa, s, &packed, &a, &ps, (m, k), n, super::OutPtr(y.as_mut_ptr()));
-                    for i in 0..m {
-                        for j in 0..n {
-                            let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x[i * k..(i + 1) * k]);
-                            let got = y[i * n + j];
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "{s} {isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {want}"
-                            );
-                        }
-                    }
+                    same_as_row_path(s, isa, &y, &w, &x, (m, k, n));
                     checked += 1;
                 }
             }
@@ -451,17 +453,7 @@ fn repacked_q8_0_matches_the_row_path_exactly() {
             for isa in Isa::available() {
                 let mut y = vec![f32::NAN; m * n];
                 x8q80::gemm(isa, &packed, &a, (m, k), n, super::OutPtr(y.as_mut_ptr()));
-                for i in 0..m {
-                    for j in 0..n {
-                        let want = run(s, Isa::Scalar, &w[j * rb..(j + 1) * rb], &x[i * k..(i + 1) * k]);
-                        let got = y[i * n + j];
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{isa:?} m={m} n={n} k={k} ({i},{j}): {got} vs {want}"
-                        );
-                    }
-                }
+                same_as_row_path(s, isa, &y, &w, &x, (m, k, n));
                 checked += 1;
             }
         }

@@ -6,11 +6,10 @@
 use super::super::fused::{Buf, CHUNK, Prog, Src, fill, src};
 use super::super::scratch::ScratchPool;
 use super::super::{Kernel, KernelCtx, unsupported};
-use super::{Geo, Packed, grid};
+use super::{Geo, Packed, grid, run_tasks};
 use crate::elem::FloatElem;
 use crate::exec::Bufs;
 use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src};
-use crate::threads;
 use rlx_ir::ops::{Instr, StackedMatMul};
 use rlx_ir::{DType, Result};
 
@@ -121,13 +120,7 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
             }
             drop(tl);
         };
-        let tasks = row_blocks * col_blocks;
-        let flops = 2.0 * (groups * rows * n) as f64 * k as f64;
-        if flops < 2.0e5 {
-            (0..tasks).for_each(task);
-        } else {
-            threads::parallel_for(tasks, &task);
-        }
+        run_tasks(row_blocks * col_blocks, 2.0 * (groups * rows * n) as f64 * k as f64, &task);
         Ok(())
     })
 }
