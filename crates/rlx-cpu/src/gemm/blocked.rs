@@ -2,7 +2,7 @@
 //! `gemm_direct`), and the threaded product that shares one packed B block between all threads
 //! (`gemm_shared`).
 
-use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MC, MatMut, MatRef, NC, pack};
+use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MC, MatMut, MatRef, nc_block, pack};
 use crate::threads;
 
 /// The k block for kernel `kern`: all of k up to 1.5 x its `kc` (one pass, no re-accumulation
@@ -98,9 +98,10 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
     let kcm = kc_for(k, kern);
     T::with_buffers(slot, |pa, pb| {
         ensure(pa, MC.div_ceil(mr) * mr * kcm);
-        ensure(pb, if b.prepacked() { 0 } else { NC.min(n).div_ceil(nr) * nr * kcm });
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
+        let ncb = nc_block(nr);
+        ensure(pb, if b.prepacked() { 0 } else { ncb.min(n).div_ceil(nr) * nr * kcm });
+        for jc in (0..n).step_by(ncb) {
+            let nc = ncb.min(n - jc);
             for pc in (0..k).step_by(kcm) {
                 let kc = kcm.min(k - pc);
                 // SAFETY: the block lies inside B.
@@ -194,7 +195,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
     let kcm = kc_for(k, kern);
-    let ncm = NC.min(n.div_ceil(nr) * nr);
+    let ncm = nc_block(nr).min(n.div_ceil(nr) * nr);
     ensure(shared, ncm * kcm);
     let sb = shared.as_mut_ptr() as usize;
     // Row tasks: a multiple of the thread count, each about MC rows, tiles spread evenly.

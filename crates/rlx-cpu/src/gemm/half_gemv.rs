@@ -1,7 +1,9 @@
 //! f16/bf16 matrix-vector products (one row of A, the decode case): B is streamed once and
 //! widened on the fly, sums are kept in f32 and rounded once into C.
 
-use super::half_convert::{HalfElem, narrow, simd};
+#[cfg(target_arch = "x86_64")]
+use super::half_convert::simd;
+use super::half_convert::{HalfElem, narrow};
 use super::{MatMut, MatRef};
 
 /// Output columns accumulated together in f32 (a stack buffer) for a row-major B.

@@ -1,5 +1,5 @@
 //! Micro-kernels: an MR x NR tile of C from packed panels of A and B. AVX-512 and AVX2+FMA when
-//! the CPU has them (checked at run time), a portable loop otherwise; `f32_kernels` and
+//! the CPU has them (checked at run time), NEON on aarch64, a portable loop otherwise; `f32_kernels` and
 //! `f64_kernels` list the ones this CPU runs, best first.
 
 use super::{KC, Kernel};
@@ -7,12 +7,15 @@ use super::{KC, Kernel};
 /// The AVX-512 f32 tile (rows, columns, deepest k block): 24 zmm accumulators and 2 for B. The
 /// k block is deep (fewer passes over C); its 64 KiB B micro-panel streams from L2 (measured
 /// faster than 192, 256 or 384 on Zen 4).
+#[cfg(target_arch = "x86_64")]
 const AVX512_F32: (usize, usize, usize) = (12, 32, 512);
 
 /// The AVX-512 f64 tile: the f32 tile's registers and bytes per k step, half the lanes.
+#[cfg(target_arch = "x86_64")]
 const AVX512_F64: (usize, usize, usize) = (12, 16, 512);
 
 /// f32 micro-kernels this CPU can run, best first; the portable one is always last.
+#[allow(clippy::vec_init_then_push)] // The pushes before the last are per architecture.
 pub fn f32_kernels() -> Vec<Kernel<f32>> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
@@ -25,11 +28,14 @@ pub fn f32_kernels() -> Vec<Kernel<f32>> {
             v.push(Kernel { name: "avx2-6x16", mr: 6, nr: 16, kc: KC, micro: x86::f32_6x16 });
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    v.push(Kernel { name: "neon-8x12", mr: 8, nr: 12, kc: KC, micro: super::neon::f32_8x12 });
     v.push(Kernel { name: "portable-6x16", mr: 6, nr: 16, kc: KC, micro: generic::<f32, 6, 16> });
     v
 }
 
 /// f64 micro-kernels this CPU can run, best first; the portable one is always last.
+#[allow(clippy::vec_init_then_push)] // The pushes before the last are per architecture.
 pub fn f64_kernels() -> Vec<Kernel<f64>> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
@@ -42,6 +48,8 @@ pub fn f64_kernels() -> Vec<Kernel<f64>> {
             v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8 });
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    v.push(Kernel { name: "neon-6x8", mr: 6, nr: 8, kc: KC, micro: super::neon::f64_6x8 });
     v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8> });
     v
 }
@@ -63,7 +71,7 @@ pub fn has_avx512() -> bool {
 /// # Safety
 /// As `GemmElem::micro`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
+pub(super) unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usize>(
     kc: usize,
     a: super::APanel<T>,
     b: *const T,

@@ -1,7 +1,7 @@
 //! Packed, cache-blocked GEMM: C = A * B with arbitrary strides (so transposed operands cost
 //! nothing), BLIS-style loops around a register-blocked micro-kernel chosen once at run time
-//! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, a portable kernel
-//! elsewhere). A row-major A whose k block fits L2 is read in place; B is packed as the product
+//! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, NEON 8x12 / 6x8 on
+//! aarch64, a portable kernel elsewhere). A row-major A whose k block fits L2 is read in place; B is packed as the product
 //! runs (one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
 //! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
 //! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
@@ -15,6 +15,8 @@ pub mod half;
 mod half_convert;
 mod half_gemv;
 mod kernels;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_x86;
@@ -123,7 +125,14 @@ pub trait GemmElem: gemv::GemvElem + Send + Sync + 'static {
 /// Deepest k block of the 6x16 kernels (a 16 KiB B micro-panel).
 const KC: usize = 256;
 const MC: usize = 96;
+/// Widest column block; `nc_block` rounds it down to whole micro-panels.
 const NC: usize = 2048;
+
+/// The column block for micro-panels `nr` wide: a prepacked B is addressed by whole panels, so
+/// blocks must start on panel boundaries (12-wide NEON panels do not divide 2048).
+fn nc_block(nr: usize) -> usize {
+    NC / nr * nr
+}
 /// B panels packed and finished together by `gemm_direct`.
 const GROUP_PANELS: usize = 4;
 /// Largest A read in place by the micro-kernels (see `direct_a`).

@@ -47,6 +47,10 @@ fn check(m: usize, n: usize, k: usize) {
         for kern in f32::kernels() {
             check_kernel(&kern, threads, m, n, k, &a, &b, &want, 1e-3);
         }
+        // A tile no shipped x86 kernel has (12 columns do not divide the 2048-column block,
+        // as NEON's 8 x 12) and a shallow k block.
+        let odd = Kernel { name: "portable-5x12", mr: 5, nr: 12, kc: 100, micro: kernels::generic::<f32, 5, 12> };
+        check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
     }
 }
 

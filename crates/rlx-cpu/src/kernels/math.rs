@@ -37,6 +37,7 @@ pub trait Real:
     /// From f64 (rounded).
     fn from_f64(v: f64) -> Self;
     /// To f64 (exact).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // Only the x86 dense attention reads it.
     fn to_f64(self) -> f64;
     /// `a * b + c`, fused when `FMA` (only set inside code compiled with the FMA feature).
     fn madd<const FMA: bool>(a: Self, b: Self, c: Self) -> Self;

@@ -43,6 +43,7 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
 }
 
 /// The instruction set the int8 dot products use.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // Avx2 and Vnni exist on x86 only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
     /// Portable Rust.

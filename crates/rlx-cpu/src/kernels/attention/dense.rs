@@ -3,8 +3,12 @@
 //! GEMM pass, each row then gets one softmax pass (its max is known before its exps, so there is
 //! no running rescale), and `P @ V` is a second GEMM pass.
 
-use super::{Geo, Mask, Scratch, Spans, Work, item_keys, scaled_queries};
-use crate::kernels::math::{Compute, Real, SharedMut};
+use super::{Geo, Scratch, Work};
+#[cfg(target_arch = "x86_64")]
+use super::{Mask, Spans, item_keys, scaled_queries};
+use crate::kernels::math::Compute;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::math::{Real, SharedMut};
 
 /// Longest key span the dense path takes: a query block's scores (`BQ x MAX_T`) stay in L2.
 pub(super) const MAX_T: usize = 1024;
@@ -21,12 +25,14 @@ pub(super) fn row_width(t: usize) -> usize {
 }
 
 /// `x` as f32 slices; `C` must be f32 (the only 4-byte `Real`).
+#[cfg(target_arch = "x86_64")]
 fn f32s<C: Real>(x: &[C]) -> &[f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: C is f32 (checked above), so the layout is identical.
     unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) }
 }
 
+#[cfg(target_arch = "x86_64")]
 fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: as above.
@@ -34,6 +40,7 @@ fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
 }
 
 /// The dense scratch: the parent's buffers seen as f32.
+#[cfg(target_arch = "x86_64")]
 struct Buf<'a> {
     q: &'a mut [f32],
     p: &'a mut [f32],

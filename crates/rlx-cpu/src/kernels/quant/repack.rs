@@ -251,7 +251,8 @@ pub fn matvec(isa: Isa, s: QuantScheme, packed: &[u8], act: &[Q8K], ps: &[[i32; 
     });
 }
 
-/// The eight rows of one group against the activations.
+/// The eight rows of one group against the activations (`ps` feeds the x86 kernels only).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn group_dot(isa: Isa, s: QuantScheme, w: &[u8], act: &[Q8K], ps: &[[i32; 4]], out: &mut [f32; ROWS]) {
     match (isa, s) {
         #[cfg(target_arch = "x86_64")]

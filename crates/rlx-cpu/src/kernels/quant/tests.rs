@@ -128,6 +128,7 @@ fn four_block_and_one_block_kernels_match_the_portable_path_exactly() {
 }
 
 /// `y[m, n]` through the batched (prefill) kernel on `isa`.
+#[cfg(target_arch = "x86_64")]
 fn run_gemm(s: QuantScheme, isa: Isa, w: &[u8], n: usize, x: &[f32], k: usize) -> Vec<f32> {
     let m = x.len() / k;
     let rb = s.row_bytes(k).unwrap();
@@ -149,6 +150,7 @@ fn run_gemm(s: QuantScheme, isa: Isa, w: &[u8], n: usize, x: &[f32], k: usize) -
     y
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn batched_path_matches_dequantized_f32_matmul_and_the_row_path() {
     let mut checked = 0;

@@ -135,6 +135,7 @@ pub fn gemm(isa: Isa, packed: &[u8], act: &[Q80], (m, k): (usize, usize), n: usi
 
 /// Rows `i < mr` (at most 4) of `a` times group `w`, handed to `put`.
 fn group_rows(isa: Isa, w: &[u8], a: &[Q80], nb: usize, mr: usize, put: &mut dyn FnMut(&[[f32; ROWS]])) {
+    #[cfg(target_arch = "x86_64")]
     macro_rules! run {
         ($m:ident, $mr:literal) => {{
             let mut o = [[0f32; ROWS]; $mr];

@@ -9,6 +9,7 @@ use std::arch::x86_64::*;
 
 /// Whether the CPU has AVX-512F (and AVX2 + FMA), unless `RLX_CPU_SIMD` is `avx2` or `scalar`.
 /// Read once.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn avx512() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
