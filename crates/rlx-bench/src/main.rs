@@ -1,7 +1,8 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS]`;
+//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] |
+//! train [STEPS]`;
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -10,6 +11,7 @@ mod minilm;
 mod ops;
 mod peers;
 mod probe;
+mod qwen3;
 mod stats;
 mod train;
 
@@ -52,6 +54,7 @@ fn main() {
             let mut py = python(true);
             minilm::compare(1, 128, rounds, &mut py)
                 .and_then(|_| minilm::compare(8, 128, rounds, &mut py))
+                .and_then(|_| qwen3::compare(128, rounds, &mut py))
                 .and_then(|_| matmul::run(&[256, 512, 1024, 2048, 4096], rounds, &mut py))
         }
         Some("matmul") => {
@@ -64,6 +67,12 @@ fn main() {
             let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
             batches.iter().try_for_each(|&b| minilm::compare(b, 128, rounds, &mut py))
         }
+        Some("qwen3") => {
+            header();
+            let mut py = python(true);
+            let seqs = if nums.is_empty() { vec![128] } else { nums.clone() };
+            seqs.iter().try_for_each(|&s| qwen3::compare(s, rounds, &mut py))
+        }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
             header();
@@ -75,7 +84,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
+            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
         }
     };
     if let Err(e) = r {

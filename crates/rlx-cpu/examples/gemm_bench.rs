@@ -1,6 +1,7 @@
 //! f32 GEMM GFLOP/s: RLX's packed GEMM against matrixmultiply, interleaved in one run.
 //! `cargo run --release -p rlx-cpu --example gemm_bench -- 1024 [reps]`, or shapes
-//! `-- 128x384x384 128x384x1536 [reps]` (m x k x n).
+//! `-- 128x384x384 128x384x1536 [reps]` (m x k x n). `RLX_BENCH_PEER=0` skips matrixmultiply in the
+//! shape runs (its threads then do not share the cores with RLX's).
 
 use rlx_cpu::gemm::{BSrc, GemmElem, Kernel, MatMut, MatRef, gemm, gemm_src, pack_b_full, packed_b_len};
 use std::time::Instant;
@@ -39,8 +40,13 @@ impl Clock {
     }
 }
 
+/// Whether shape runs interleave matrixmultiply (`RLX_BENCH_PEER=0`: no).
+fn with_peer() -> bool {
+    std::env::var("RLX_BENCH_PEER").map_or(true, |v| v != "0")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
@@ -169,6 +175,10 @@ fn shape(m: usize, k: usize, n: usize, reps: usize) {
             )
         };
         ours.push(t.elapsed().as_secs_f64());
+        if !with_peer() {
+            mm.push(f64::NAN);
+            continue;
+        }
         let t = Clock::now();
         unsafe {
             matrixmultiply::sgemm(

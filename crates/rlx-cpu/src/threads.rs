@@ -86,6 +86,11 @@ thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(0) };
 }
 
+/// Whether this thread is running a pool task now (nested `parallel_for` calls run inline).
+pub fn in_pool_task() -> bool {
+    IN_POOL.with(Cell::get)
+}
+
 /// This thread's index in the pool: 1.. for workers, 0 for any other thread. Kernels use it to
 /// pick per-thread scratch (callers outside the pool share slot 0 and must lock it).
 pub fn slot() -> usize {

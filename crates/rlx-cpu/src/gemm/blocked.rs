@@ -19,7 +19,7 @@ pub(super) fn direct_a<T>(m: usize, k: usize, a: MatRef<T>, kern: &Kernel<T>) ->
 }
 
 /// Grows `buf` to at least `len` elements (once; warm calls allocate nothing).
-fn ensure<T: GemmElem>(buf: &mut Vec<T>, len: usize) {
+pub(super) fn ensure<T: GemmElem>(buf: &mut Vec<T>, len: usize) {
     if buf.len() < len {
         buf.resize(len, T::default());
     }

@@ -356,6 +356,49 @@ pub unsafe fn gemm_src<T: GemmElem>(
     unsafe { gemm_with(T::kernel(), threads::num_threads(), m, n, k, a, b, c, epi) }
 }
 
+/// Elements added to each row of A's padded copy: one cache line, so consecutive rows fall in
+/// different L1 sets.
+const A_ROW_PAD: usize = 64;
+
+/// A row-major A whose rows lie a multiple of 4 KiB apart (k = 1024, 2048, 3072 in f32) maps every
+/// row of a micro-tile to one L1 set, more rows than the cache has ways: the micro-kernel then
+/// reads A from L2 (-10 to -20% on 128 x 1024 x 2048). For products wide enough to amortize it,
+/// copies A once into the shared buffer with a padded row stride and returns the guard and the
+/// view of the copy; None keeps A in place (not aliased, narrow, the buffer busy, or called from
+/// a pool task: the caller that split the work decides, once).
+pub(crate) fn restride_a<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    threads: usize,
+) -> Option<(std::sync::MutexGuard<'static, Vec<T>>, MatRef<T>)> {
+    let size = std::mem::size_of::<T>();
+    let row_bytes = a.rs.unsigned_abs() * size;
+    if a.cs != 1 || a.rs < k as isize || !row_bytes.is_multiple_of(4096) || n < 64 || m < 4 || threads::in_pool_task() {
+        return None;
+    }
+    let mut buf = T::shared_b()?;
+    let rs = k + A_ROW_PAD / size;
+    blocked::ensure(&mut buf, m * rs);
+    let (src, dst) = (a.ptr as usize, buf.as_mut_ptr() as usize);
+    let tasks = if m * k < 1 << 15 { 1 } else { threads.min(m / 4).max(1) };
+    threads::parallel_for(tasks, &|t| {
+        for i in t * m / tasks..(t + 1) * m / tasks {
+            // SAFETY: row i of A holds k elements; tasks write disjoint rows of the copy.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (src as *const T).offset(i as isize * a.rs),
+                    (dst as *mut T).add(i * rs),
+                    k,
+                )
+            };
+        }
+    });
+    let view = MatRef { ptr: buf.as_ptr(), rs: rs as isize, cs: 1 };
+    Some((buf, view))
+}
+
 /// `gemm_src` with micro-kernel `kern` (a packed B packed for it) on at most `threads` threads.
 ///
 /// # Safety
@@ -403,6 +446,15 @@ unsafe fn gemm_with<T: GemmElem>(
         // goes to the others). With B a view and many rows, B would be packed once per row
         // block: the shared path below packs it once.
         let size = std::mem::size_of::<T>();
+        // Held while the tasks read the padded copy of A, if one is made.
+        let _copy_of_a;
+        let a = match restride_a(m, n, k, a, threads) {
+            Some((guard, view)) => {
+                _copy_of_a = guard;
+                view
+            }
+            None => a,
+        };
         let tiles_m = m.div_ceil(mr);
         let rb_tiles =
             if direct_a(m, k, a, kern) { tiles_m } else { (DIRECT_A_BYTES / 2 / (kc_for(k, kern) * size) / mr).max(1) };

@@ -180,7 +180,35 @@ fn every_split_and_blocking_path_matches_naive() {
         // Past the deepest k block of every kernel (1024 x 1.5): several blocks, ragged.
         (100, 70, 1700),
         (419, 45, 3100),
+        // Rows 4 KiB apart (f32): A is copied with padded rows first (`restride_a`).
+        (64, 96, 1024),
+        (130, 70, 2048),
     ] {
         check(m, n, k);
     }
+}
+
+#[test]
+fn aliased_rows_of_a_are_copied_with_a_padded_stride() {
+    let (m, k) = (9, 1024);
+    let a: Vec<f32> = (0..m * k).map(|i| i as f32).collect();
+    let view = MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 };
+    // Another test's product may hold the shared buffer for a moment.
+    let (guard, v) = loop {
+        if let Some(got) = restride_a(m, 64, k, view, 2) {
+            break got;
+        }
+        std::thread::yield_now();
+    };
+    assert_eq!(v.rs as usize, k + A_ROW_PAD / 4);
+    for i in 0..m {
+        for p in [0, 1, k - 1] {
+            assert_eq!(unsafe { *v.ptr.add(i * v.rs as usize + p) }, a[i * k + p]);
+        }
+    }
+    drop(guard);
+    // Rows not 4 KiB apart, or a product too narrow to repay the copy: A stays in place.
+    let plain = MatRef { ptr: a.as_ptr(), rs: 1000, cs: 1 };
+    assert!(restride_a(m, 64, 1000, plain, 2).is_none());
+    assert!(restride_a(m, 16, k, view, 2).is_none());
 }

@@ -136,6 +136,17 @@ fn grid_on<T: GemmElem>(geo: &Geo, threads: usize) -> (usize, usize) {
     (rb, cw.unwrap_or(tiles))
 }
 
+/// The shared x `[rows, k]` at address `x` as (guard, address, row stride): in place, or a copy
+/// with padded rows when its rows alias in L1 (`gemm::restride_a`; the guard keeps the copy
+/// until the tasks end).
+fn x_rows<T: GemmElem>(x: usize, rows: usize, n: usize, k: usize) -> (Option<impl Sized>, usize, usize) {
+    let view = MatRef { ptr: x as *const T, rs: k as isize, cs: 1 };
+    match crate::gemm::restride_a(rows, n, k, view, threads::num_threads()) {
+        Some((guard, v)) => (Some(guard), v.ptr as usize, v.rs as usize),
+        None => (None, x, k),
+    }
+}
+
 /// Runs `task` over `0..tasks`: on the pool, or on this thread for a product under
 /// `gemm::SERIAL_FLOPS`.
 fn run_tasks(tasks: usize, flops: f64, task: &(impl Fn(usize) + Sync)) {
@@ -171,11 +182,12 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
         assert!(out.len() == groups * rows * n, "stacked_matmul output has the planned size");
         let optr = out.as_mut_ptr() as usize;
         let (ins, packed) = (&ins, &packed);
+        let (_copy, xp, xrs) = x_rows::<T>(ins[0].0, rows, n, k);
         let task = |t: usize| {
             let (g, r) = (t / per_group, t % per_group);
             let (i0, j0) = ((r / col_blocks) * rb, (r % col_blocks) * cw * nr);
             let (m, w) = (rb.min(rows - i0), (cw * nr).min(n - j0));
-            let a = MatRef { ptr: (ins[0].0 as *const T).wrapping_add(i0 * k), rs: k as isize, cs: 1 };
+            let a = MatRef { ptr: (xp as *const T).wrapping_add(i0 * xrs), rs: xrs as isize, cs: 1 };
             let bv = MatRef {
                 ptr: (ins[1 + g].0 as *const T).wrapping_add(j0 * sb.1),
                 rs: sb.0 as isize,

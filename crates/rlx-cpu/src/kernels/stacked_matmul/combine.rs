@@ -6,7 +6,7 @@
 use super::super::fused::{Buf, CHUNK, Prog, Src, fill, src};
 use super::super::scratch::ScratchPool;
 use super::super::{Kernel, KernelCtx, unsupported};
-use super::{Geo, Packed, grid, run_tasks};
+use super::{Geo, Packed, grid, run_tasks, x_rows};
 use crate::elem::FloatElem;
 use crate::exec::Bufs;
 use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src};
@@ -63,12 +63,13 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
         assert!(out.len() == rows * n, "combined stacked_matmul output has the planned size");
         let optr = out.as_mut_ptr() as usize;
         let (ins, packed) = (&ins, &packed);
+        let (_copy, xp, xrs) = x_rows::<T>(ins[0].0, rows, n, k);
         let task = |t: usize| {
             let (i0, j0) = ((t / col_blocks) * rb, (t % col_blocks) * tw);
             let (m, w) = (rb.min(rows - i0), tw.min(n - j0));
             let mut tl = tiles.take();
             let tptr = tl.as_mut_ptr() as usize;
-            let a = MatRef { ptr: (ins[0].0 as *const T).wrapping_add(i0 * k), rs: k as isize, cs: 1 };
+            let a = MatRef { ptr: (xp as *const T).wrapping_add(i0 * xrs), rs: xrs as isize, cs: 1 };
             let epi = |bi: usize, br: usize, bj: usize, bw: usize| {
                 let mut regs = regs.take();
                 for i in bi..bi + br {
