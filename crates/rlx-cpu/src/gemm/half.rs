@@ -1,6 +1,7 @@
 //! f16/bf16 GEMM with f32 accumulation: A and B are widened to f32 while they are packed into
 //! the f32 micro-kernel's panels (all of k per panel), the f32 micro-kernel sums each tile over
-//! all of k in registers, and the tile is rounded once (to nearest even) into C.
+//! all of k in registers, and the tile is rounded once (to nearest even) into C. bf16 on a CPU
+//! with AVX-512 BF16 is packed as bf16 pairs instead and summed by `vdpbf16ps` (`half_bf16.rs`).
 //! A row block of packed A and one B panel stay in L2 while a task walks its tiles. Packing
 //! scratch belongs to the calling thread (a slot per pool worker, a thread-local elsewhere),
 //! grown once and reused, so a warm call allocates nothing.
@@ -188,6 +189,7 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
     }
     let kern = kernel();
     let (mr, nr) = (kern.mr, kern.nr);
+    let pairs = bf16_pairs::<H>();
     with_pack(pack_sizes(m, n, k, packed_b.is_some()), |pa, pb| {
         let (pa, pb_own) = (pa.as_mut_ptr() as usize, pb.as_mut_ptr() as usize);
         // Pack A's and (unless packed already) B's panels, split into `parts` tasks each.
@@ -199,7 +201,10 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
             let (per, pans) = if is_b { (per_b, pan_b) } else { (per_a, pan_a) };
             let (p0, p1) = ((t * per).min(pans), ((t + 1) * per).min(pans));
             for p in p0..p1 {
-                if is_b {
+                if pairs {
+                    // SAFETY: as below; H is bf16 and the pair panels take half the bytes.
+                    unsafe { pack_pairs(is_b, a, b, p, m, n, k, if is_b { pb_own } else { pa }) };
+                } else if is_b {
                     let out = (pb_own as *mut f32).wrapping_add(p * nr * k);
                     // SAFETY: panel p lies inside B and inside the buffer; tasks write disjoint panels.
                     unsafe { pack_b_panel(b, p * nr, nr.min(n - p * nr), nr, k, out) };
@@ -227,10 +232,71 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
             let (i1, jp1) = ((i0 + rb).min(m), (jp0 + cw).min(tiles_n));
             let c = MatMut { ptr: cptr as *mut H, rs: c.rs };
             // SAFETY: tasks own disjoint blocks of C; the panels hold all of k.
-            unsafe { tiles(&kern, k, pa as *const f32, pb as *const f32, c, i0..i1, jp0..jp1, n, epi) };
+            unsafe { tiles(&kern, pairs, k, pa as *const f32, pb as *const f32, c, i0..i1, jp0..jp1, n, epi) };
         };
         run(row_blocks * col_blocks, &task);
     })
+}
+
+/// Whether products of `H` run on bf16 pair tiles (`half_bf16`): H is bf16 and the CPU has
+/// AVX-512 BF16. Packed panels then hold bf16 pairs in the f32 buffers (half their bytes).
+fn bf16_pairs<H: HalfElem>() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>() {
+        return super::half_bf16::enabled();
+    }
+    false
+}
+
+/// Packs pair panel `p` of B (`is_b`) or of A into the buffer at address `buf`.
+///
+/// # Safety
+/// H is bf16 (`bf16_pairs`); the panel lies inside its matrix; the buffer holds the panel at
+/// the pair layout's offset (within the f32 sizes `pack_sizes` gives).
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_pairs<H: HalfElem>(
+    is_b: bool,
+    a: MatRef<H>,
+    b: MatRef<H>,
+    p: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    buf: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::half_bf16::{MR, NR, pack_a, pack_b, pairs};
+        let cast = |v: MatRef<H>| MatRef { ptr: v.ptr as *const ::half::bf16, rs: v.rs, cs: v.cs };
+        let np = pairs(k);
+        // SAFETY: forwarded; H is bf16, so the casts keep the element layout.
+        unsafe {
+            if is_b {
+                pack_b(cast(b), p * NR, NR.min(n - p * NR), k, (buf as *mut u16).add(p * NR * 2 * np));
+            } else {
+                pack_a(cast(a), p * MR, MR.min(m - p * MR), k, (buf as *mut u32).add(p * MR * np));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (is_b, a, b, p, m, n, k, buf);
+}
+
+/// The bf16 pair tile of rows from `i` and column panel `jp` into `tile` (`half_bf16::tile`).
+///
+/// # Safety
+/// `bf16_pairs` holds; `pa` and `pb` hold the pair panels; `tile` is writable for MR x NR.
+unsafe fn pair_tile(k: usize, pa: *const f32, pb: *const f32, i: usize, jp: usize, tile: *mut f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::half_bf16::{NR, pairs, tile as run};
+        let np = pairs(k);
+        let (a, b) = ((pa as *const u32).wrapping_add(i * np), (pb as *const u16).wrapping_add(jp * NR * 2 * np));
+        // SAFETY: forwarded (`enabled()` checked by `bf16_pairs`).
+        unsafe { run(np, a, b, tile) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (k, pa, pb, i, jp, tile);
 }
 
 /// Runs `f` for tasks `0..tasks`: on the pool when there are several.
@@ -248,6 +314,7 @@ fn run(tasks: usize, f: &(impl Fn(usize) + Sync)) {
 #[allow(clippy::too_many_arguments)]
 unsafe fn tiles<H: HalfElem>(
     kern: &Kernel<f32>,
+    pairs: bool,
     k: usize,
     pa: *const f32,
     pb: *const f32,
@@ -265,21 +332,27 @@ unsafe fn tiles<H: HalfElem>(
         let (j, w) = (jp * nr, nr.min(n - jp * nr));
         for i in rows.clone().step_by(mr) {
             let ap = pa.wrapping_add(i * k);
-            for pc in (0..k).step_by(kc) {
-                let a = APanel { ptr: ap.wrapping_add(pc * mr), rs: 1, cs: mr as isize };
-                // SAFETY: the panels hold mr x k and k x nr (zero padded); the tile is mr x nr.
-                unsafe {
-                    (kern.micro)(
-                        kc.min(k - pc),
-                        a,
-                        bp.wrapping_add(pc * nr),
-                        tile.as_mut_ptr(),
-                        nr as isize,
-                        mr,
-                        nr,
-                        pc > 0,
-                    )
-                };
+            if pairs {
+                // SAFETY: the pair panels of these rows and this column panel are packed; the
+                // tile buffer holds MR x NR.
+                unsafe { pair_tile(k, pa, pb, i, jp, tile.as_mut_ptr()) };
+            } else {
+                for pc in (0..k).step_by(kc) {
+                    let a = APanel { ptr: ap.wrapping_add(pc * mr), rs: 1, cs: mr as isize };
+                    // SAFETY: the panels hold mr x k and k x nr (zero padded); the tile is mr x nr.
+                    unsafe {
+                        (kern.micro)(
+                            kc.min(k - pc),
+                            a,
+                            bp.wrapping_add(pc * nr),
+                            tile.as_mut_ptr(),
+                            nr as isize,
+                            mr,
+                            nr,
+                            pc > 0,
+                        )
+                    };
+                }
             }
             for (r, row) in tile.chunks_exact_mut(nr).take(mr.min(m - i)).enumerate() {
                 if let Some(f) = epi {
@@ -386,8 +459,14 @@ pub unsafe fn pack_b_full<H: HalfElem>(k: usize, n: usize, b: MatRef<H>, out: &m
     let tasks = if k * n < 1 << 16 { 1 } else { panels.div_ceil(4).min(4 * threads::num_threads()) };
     let per = panels.div_ceil(tasks.max(1));
     let base = out.as_mut_ptr() as usize;
+    let pairs = bf16_pairs::<H>();
     run(tasks.max(1), &|t| {
         for p in (t * per).min(panels)..((t + 1) * per).min(panels) {
+            if pairs {
+                // SAFETY: as below, in the pair layout `gemm_src` reads when `pairs` is set.
+                unsafe { pack_pairs(true, b, b, p, 0, n, k, base) };
+                continue;
+            }
             // SAFETY: tasks write disjoint panels of `out`; the panel lies inside B.
             unsafe { pack_b_panel(b, p * nr, nr.min(n - p * nr), nr, k, (base as *mut f32).add(p * nr * k)) };
         }

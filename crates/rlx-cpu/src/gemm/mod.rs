@@ -13,6 +13,8 @@ mod avx512;
 mod blocked;
 mod gemv;
 pub mod half;
+#[cfg(target_arch = "x86_64")]
+mod half_bf16;
 mod half_convert;
 mod half_gemv;
 mod kernels;
