@@ -3,6 +3,7 @@
 #   probe                      -> which peers import (numpy, jax, onnxruntime)
 #   matmul N REPS              -> numpy f32 n x n matmul, each rep's seconds
 #   jax_matmul N REPS          -> JAX jit f32 n x n matmul (block_until_ready), each rep's seconds
+#   jax_matmul_bf16 N REPS F32 -> JAX jit bf16 n x n matmul, result bf16 (F32 = 0) or f32 (1)
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
 #   jax_qwen3 FILE S REPS      -> JAX jit Qwen3 layer (weights from rlx-bench's safetensors file):
@@ -180,6 +181,16 @@ def main():
                     a, b = (jnp.asarray(rng.random((n, n), np.float32)) for _ in range(2))
                     cache[('jmm', n)] = (jax.jit(jnp.matmul), a, b)
                 f, a, b = cache[('jmm', n)]
+                out = {'seconds': timed(lambda: f(a, b).block_until_ready(), reps)}
+            elif cmd[0] == 'jax_matmul_bf16':
+                import jax, jax.numpy as jnp
+                n, reps, f32 = int(cmd[1]), int(cmd[2]), cmd[3] == '1'
+                if ('jbf', n, f32) not in cache:
+                    rng = np.random.default_rng(0)
+                    a, b = (jnp.asarray(rng.random((n, n), np.float32), jnp.bfloat16) for _ in range(2))
+                    pet = jnp.float32 if f32 else None
+                    cache[('jbf', n, f32)] = (jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=pet)), a, b)
+                f, a, b = cache[('jbf', n, f32)]
                 out = {'seconds': timed(lambda: f(a, b).block_until_ready(), reps)}
             elif cmd[0] == 'jax_minilm':
                 out = jax_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))

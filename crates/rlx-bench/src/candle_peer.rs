@@ -54,11 +54,15 @@ pub struct CandleMatmul {
 }
 
 impl CandleMatmul {
-    /// `n x n` inputs.
+    /// `n x n` f32 inputs.
     pub fn new(n: usize) -> Result<Self, String> {
-        let a = Tensor::rand(-1f32, 1f32, (n, n), &Device::Cpu).map_err(err)?;
-        let b = Tensor::rand(-1f32, 1f32, (n, n), &Device::Cpu).map_err(err)?;
-        Ok(CandleMatmul { a, b })
+        Self::of(n, DType::F32)
+    }
+
+    /// `n x n` inputs of `dtype`.
+    pub fn of(n: usize, dtype: DType) -> Result<Self, String> {
+        let r = || Tensor::rand(-1f32, 1f32, (n, n), &Device::Cpu).and_then(|t| t.to_dtype(dtype)).map_err(err);
+        Ok(CandleMatmul { a: r()?, b: r()? })
     }
 
     /// One product (the result is dropped).

@@ -1,8 +1,8 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] |
-//! train [STEPS]`;
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] |
+//! profile [BATCH SEQ RUNS] | train [STEPS]`;
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -61,6 +61,10 @@ fn main() {
             header();
             matmul::run(&mm_sizes(&[256, 512, 1024, 2048, 4096]), rounds, &mut python(true))
         }
+        Some("matmul_bf16") => {
+            header();
+            matmul::run_bf16(&mm_sizes(&[512, 1024, 2048]), rounds, &mut python(true))
+        }
         Some("minilm") => {
             header();
             let mut py = python(true);
@@ -84,7 +88,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
         }
     };
     if let Err(e) = r {

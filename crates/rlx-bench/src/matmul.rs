@@ -68,3 +68,51 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
     }
     Ok(())
 }
+
+/// bf16 n x n matmul (GFLOP/s): RLX's bf16 GEMM (f32 sums, bf16 out) against candle bf16 and
+/// JAX jit with a bf16 result and with an f32 result (`preferred_element_type`), interleaved.
+pub fn run_bf16(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
+    use half::bf16;
+    use rlx_cpu::gemm::half::gemm as gemm_half;
+    println!("\n## bf16 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
+    println!("| n | RLX (bf16 out) | candle | JAX (bf16 out) | JAX (f32 out) | RLX / best peer |");
+    println!("|---|---|---|---|---|---|");
+    for &n in sizes {
+        let a: Vec<bf16> = (0..n * n).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 7.0)).collect();
+        let b: Vec<bf16> = (0..n * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 5.0)).collect();
+        let mut c = vec![bf16::ZERO; n * n];
+        // candle 0.9 has no bf16 matmul on the CPU ("unsupported dtype"): its column says so.
+        let cm = CandleMatmul::of(n, candle_core::DType::BF16).and_then(|c| c.run().map(|_| c)).ok();
+        let (mut rlx, mut cand, mut jb, mut jf) = (Timer::default(), Timer::default(), vec![], vec![]);
+        let r = reps(n);
+        let mut rlx_run = || {
+            let (av, bv) =
+                (MatRef { ptr: a.as_ptr(), rs: n as isize, cs: 1 }, MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
+            // SAFETY: the buffers hold n*n elements each and do not alias.
+            unsafe { gemm_half(n, n, n, av, bv, MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
+            Ok::<(), String>(())
+        };
+        rlx_run()?;
+        for _ in 0..rounds {
+            for _ in 0..r {
+                rlx.time(&mut rlx_run)?;
+            }
+            for _ in 0..r {
+                if let Some(cm) = &cm {
+                    cand.time(|| cm.run())?;
+                }
+            }
+            if let Some(p) = py.as_mut().filter(|p| p.has("jax")) {
+                jb.extend(PyPeers::ms(&p.ask(&format!("jax_matmul_bf16 {n} {r} 0"))?));
+                jf.extend(PyPeers::ms(&p.ask(&format!("jax_matmul_bf16 {n} {r} 1"))?));
+            }
+        }
+        let gf = |ms: f64| 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
+        let (g_rlx, g_c, g_jb, g_jf) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&jb)), gf(median(&jf)));
+        let best = g_c.max(g_jb).max(g_jf);
+        let show = |g: f64| if g.is_nan() { "skipped".to_string() } else { format!("{g:.1}") };
+        let cand_s = if cm.is_some() { show(g_c) } else { "unsupported".into() };
+        println!("| {n} | {g_rlx:.1} | {cand_s} | {} | {} | {:.3}x |", show(g_jb), show(g_jf), g_rlx / best);
+    }
+    Ok(())
+}
