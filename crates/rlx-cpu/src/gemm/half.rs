@@ -241,10 +241,15 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
 /// Whether products of `H` run on bf16 pair tiles (`half_bf16`): H is bf16 and the CPU has
 /// AVX-512 BF16. Packed panels then hold bf16 pairs in the f32 buffers (half their bytes).
 fn bf16_pairs<H: HalfElem>() -> bool {
+    let bf16 = std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>();
+    bf16 && bf16_dot_enabled()
+}
+
+/// `half_bf16::enabled()` on x86-64 (the only place the pair tiles exist), else false.
+fn bf16_dot_enabled() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>() {
-        return super::half_bf16::enabled();
-    }
+    return super::half_bf16::enabled();
+    #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
