@@ -1,6 +1,6 @@
 //! Micro-kernels: an MR x NR tile of C from packed panels of A and B. AVX-512 and AVX2+FMA when
-//! the CPU has them (checked at run time), NEON on aarch64, a portable loop otherwise; `f32_kernels` and
-//! `f64_kernels` list the ones this CPU runs, best first.
+//! the CPU has them (checked at run time), NEON on aarch64 (always present there), a portable
+//! loop otherwise; `f32_kernels` and `f64_kernels` list the ones this CPU runs, best first.
 
 use super::{KC, Kernel};
 
