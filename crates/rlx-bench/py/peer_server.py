@@ -6,7 +6,8 @@
 #   jax_matmul_bf16 N REPS F32 -> JAX jit bf16 n x n matmul, result bf16 (F32 = 0) or f32 (1)
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
-#   jax_qwen3 FILE S REPS      -> JAX jit Qwen3 layer (weights from rlx-bench's safetensors file):
+#   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
+#                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
 #                                 seconds + the last token's normalized hidden state
 import json, sys, time, math
 import numpy as np
@@ -82,13 +83,14 @@ def jax_minilm(dirname, b, s, reps):
     return {'seconds': ts, 'first_call': first, 'embeddings': np.asarray(jf(P, ids, mask)).tolist()}
 
 
-def jax_qwen3(path, s, reps):
+def jax_qwen3(path, s, reps, dt='f32'):
     # Embedding rows -> one Qwen3 decoder layer -> final rms_norm, as rlx-bench's qwen3.rs.
     import jax, jax.numpy as jnp
     from safetensors.numpy import load_file
-    key = ('qwen3', path, s)
+    key = ('qwen3', path, s, dt)
     if key not in cache:
-        W = {k: jnp.asarray(v) for k, v in load_file(path).items()}
+        T = jnp.bfloat16 if dt == 'bf16' else jnp.float32
+        W = {k: jnp.asarray(v, T) for k, v in load_file(path).items()}
         pre = 'model.layers.0.'
         vocab, D = W['model.embed_tokens.weight'].shape
         DH = W[pre + 'self_attn.q_norm.weight'].shape[0]
@@ -97,13 +99,19 @@ def jax_qwen3(path, s, reps):
         inv = jnp.asarray(theta ** (-np.arange(0, DH, 2) / DH), jnp.float32)
 
         def rms(x, w):
-            return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + eps) * w
+            # In f32, rounded to T once (as RLX's half norms).
+            x32 = x.astype(jnp.float32)
+            return (x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + eps) * w.astype(jnp.float32)).astype(T)
+
+        def mm(a, b):
+            return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(T)
 
         def rope(x, pos):
             ang = pos[:, None] * inv[None]
             c, sn = jnp.cos(ang), jnp.sin(ang)
+            x = x.astype(jnp.float32)
             x1, x2 = x[..., :DH // 2], x[..., DH // 2:]
-            return jnp.concatenate([x1 * c - x2 * sn, x2 * c + x1 * sn], -1)
+            return jnp.concatenate([x1 * c - x2 * sn, x2 * c + x1 * sn], -1).astype(T)
 
         def fwd(W, ids):
             p = lambda n: W[pre + n]
@@ -111,19 +119,19 @@ def jax_qwen3(path, s, reps):
             x = W['model.embed_tokens.weight'][ids]
             h = rms(x, p('input_layernorm.weight'))
             heads = lambda t, n: t.reshape(S, n, DH).transpose(1, 0, 2)
-            q = rms(heads(h @ p('self_attn.q_proj.weight').T, H), p('self_attn.q_norm.weight'))
-            k = rms(heads(h @ p('self_attn.k_proj.weight').T, KV), p('self_attn.k_norm.weight'))
-            v = heads(h @ p('self_attn.v_proj.weight').T, KV)
+            q = rms(heads(mm(h, p('self_attn.q_proj.weight').T), H), p('self_attn.q_norm.weight'))
+            k = rms(heads(mm(h, p('self_attn.k_proj.weight').T), KV), p('self_attn.k_norm.weight'))
+            v = heads(mm(h, p('self_attn.v_proj.weight').T), KV)
             pos = jnp.arange(S, dtype=jnp.float32)
             q, k = rope(q, pos), rope(k, pos)
             k, v = jnp.repeat(k, H // KV, axis=0), jnp.repeat(v, H // KV, axis=0)
-            sc = q @ k.transpose(0, 2, 1) / math.sqrt(DH)
+            sc = jnp.matmul(q, k.transpose(0, 2, 1), preferred_element_type=jnp.float32) / math.sqrt(DH)
             sc = jnp.where(jnp.tril(jnp.ones((S, S), bool)), sc, -jnp.inf)
-            a = (jax.nn.softmax(sc, axis=-1) @ v).transpose(1, 0, 2).reshape(S, H * DH)
-            r = x + a @ p('self_attn.o_proj.weight').T
+            a = mm(jax.nn.softmax(sc, axis=-1).astype(T), v).transpose(1, 0, 2).reshape(S, H * DH)
+            r = x + mm(a, p('self_attn.o_proj.weight').T)
             h2 = rms(r, p('post_attention_layernorm.weight'))
-            m = jax.nn.silu(h2 @ p('mlp.gate_proj.weight').T) * (h2 @ p('mlp.up_proj.weight').T)
-            return rms(r + m @ p('mlp.down_proj.weight').T, W['model.norm.weight'])
+            m = jax.nn.silu(mm(h2, p('mlp.gate_proj.weight').T)) * mm(h2, p('mlp.up_proj.weight').T)
+            return rms(r + mm(m, p('mlp.down_proj.weight').T), W['model.norm.weight'])
 
         ids = jnp.asarray(np.array([(i * 7 + 3) % vocab for i in range(s)], np.int32))
         jf = jax.jit(fwd)
@@ -131,7 +139,7 @@ def jax_qwen3(path, s, reps):
         cache[key] = (jf, W, ids)
     jf, W, ids = cache[key]
     ts = timed(lambda: jf(W, ids).block_until_ready(), reps)
-    return {'seconds': ts, 'last': np.asarray(jf(W, ids))[-1].tolist()}
+    return {'seconds': ts, 'last': np.asarray(jf(W, ids).astype(jnp.float32))[-1].tolist()}
 
 
 def ort_minilm(path, dirname, b, s, reps):
@@ -195,7 +203,7 @@ def main():
             elif cmd[0] == 'jax_minilm':
                 out = jax_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))
             elif cmd[0] == 'jax_qwen3':
-                out = jax_qwen3(cmd[1], int(cmd[2]), int(cmd[3]))
+                out = jax_qwen3(cmd[1], int(cmd[2]), int(cmd[3]), cmd[4] if len(cmd) > 4 else 'f32')
             elif cmd[0] == 'ort_minilm':
                 out = ort_minilm(cmd[1], cmd[2], int(cmd[3]), int(cmd[4]), int(cmd[5]))
             else:

@@ -1,7 +1,7 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] |
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS] |
 //! profile [BATCH SEQ RUNS] | train [STEPS]`;
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
@@ -54,7 +54,7 @@ fn main() {
             let mut py = python(true);
             minilm::compare(1, 128, rounds, &mut py)
                 .and_then(|_| minilm::compare(8, 128, rounds, &mut py))
-                .and_then(|_| qwen3::compare(128, rounds, &mut py))
+                .and_then(|_| qwen3::compare(128, rounds, &mut py, false))
                 .and_then(|_| matmul::run(&[256, 512, 1024, 2048, 4096], rounds, &mut py))
         }
         Some("matmul") => {
@@ -71,11 +71,11 @@ fn main() {
             let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
             batches.iter().try_for_each(|&b| minilm::compare(b, 128, rounds, &mut py))
         }
-        Some("qwen3") => {
+        Some(cmd @ ("qwen3" | "qwen3_bf16")) => {
             header();
             let mut py = python(true);
             let seqs = if nums.is_empty() { vec![128] } else { nums.clone() };
-            seqs.iter().try_for_each(|&s| qwen3::compare(s, rounds, &mut py))
+            seqs.iter().try_for_each(|&s| qwen3::compare(s, rounds, &mut py, cmd == "qwen3_bf16"))
         }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
@@ -88,7 +88,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
         }
     };
     if let Err(e) = r {

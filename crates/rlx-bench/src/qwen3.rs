@@ -71,20 +71,31 @@ struct Rlx {
     c: CompiledGraph,
     ins: Vec<Vec<u8>>,
     out: Vec<u8>,
+    bf16: bool,
+}
+
+/// `v` as little-endian bytes of f32, or of bf16 (rounded to nearest even).
+fn bytes(v: &[f32], bf16: bool) -> Vec<u8> {
+    if bf16 {
+        v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect()
+    } else {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
 }
 
 impl Rlx {
-    fn new(seq: usize, w: &[(&str, &str, Vec<usize>, Vec<f32>)]) -> Result<(Self, f64), String> {
-        let mut g = rlx_opt::zoo::qwen3_decoder(seq, D, HEADS, KV_HEADS, DH, FFN);
+    fn new(seq: usize, w: &[(&str, &str, Vec<usize>, Vec<f32>)], bf16: bool) -> Result<(Self, f64), String> {
+        let dt = if bf16 { DType::BF16 } else { DType::F32 };
+        let mut g = rlx_opt::zoo::qwen3_decoder_in(dt, seq, D, HEADS, KV_HEADS, DH, FFN);
         let y = g.outputs()[0];
-        let nw = g.param("norm.weight", Shape::new(&[D], DType::F32));
+        let nw = g.param("norm.weight", Shape::new(&[D], dt));
         let z = g.rms_norm(y, nw, EPS as f32);
         g.set_outputs(vec![z]);
         let t = std::time::Instant::now();
         let mut c = Session::new(Device::Cpu).compile(g).map_err(err)?;
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         for (name, _, _, v) in w.iter().filter(|(n, ..)| *n != "embed") {
-            c.set_param(name, v).map_err(err)?;
+            c.set_param_typed(name, &bytes(v, bf16), dt).map_err(err)?;
         }
         // The embedding rows of the ids are the layer's input x.
         let embed = &w[0].3;
@@ -93,13 +104,13 @@ impl Rlx {
         let mut ins = vec![];
         for (name, _) in c.inputs() {
             ins.push(match name.as_str() {
-                "x" => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                "x" => bytes(&x, bf16),
                 "positions" => pos.iter().flat_map(|v| v.to_le_bytes()).collect(),
                 other => return Err(err(format!("unexpected input {other}"))),
             });
         }
-        let out = vec![0u8; seq * D * 4];
-        Ok((Rlx { c, ins, out }, compile_ms))
+        let out = vec![0u8; seq * D * dt.size_bytes()];
+        Ok((Rlx { c, ins, out, bf16 }, compile_ms))
     }
 
     fn run(&mut self) -> Result<(), String> {
@@ -109,6 +120,10 @@ impl Rlx {
 
     /// The last token's normalized hidden state.
     fn last_row(&self) -> Vec<f32> {
+        if self.bf16 {
+            let row = &self.out[self.out.len() - D * 2..];
+            return row.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
+        }
         let row = &self.out[self.out.len() - D * 4..];
         row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
@@ -170,23 +185,29 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     if a.len() != b.len() { f64::INFINITY } else { d as f64 / m.max(1e-30) as f64 }
 }
 
-/// The layer at a prefill of `seq` tokens: RLX, candle and JAX interleaved round by round.
-pub fn compare(seq: usize, rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
+/// The layer at a prefill of `seq` tokens: RLX, candle and JAX interleaved round by round. With
+/// `bf16`, x, weights and activations are bf16 (matmul sums in f32) in RLX and JAX; candle 0.9
+/// has no bf16 matmul on the CPU, so it sits out.
+pub fn compare(seq: usize, rounds: usize, py: &mut Option<PyPeers>, bf16: bool) -> Result<(), String> {
     let reps = if seq <= 128 { 5 } else { 2 };
+    let (dt, tol) = if bf16 { ("bf16", 3e-2) } else { ("f32", 1e-3) };
     println!(
-        "\n## Qwen3-0.6B-shaped decoder layer, prefill {seq} tokens, f32 (ms, median of {} runs each; {rounds} \
+        "\n## Qwen3-0.6B-shaped decoder layer, prefill {seq} tokens, {dt} (ms, median of {} runs each; {rounds} \
          interleaved rounds)",
         rounds * reps
     );
     let w = weights();
-    let (mut rlx, compile_ms) = Rlx::new(seq, &w)?;
-    let mut cand = Candle::new(seq, &w)?;
+    let (mut rlx, compile_ms) = Rlx::new(seq, &w, bf16)?;
+    let mut cand = if bf16 { None } else { Some(Candle::new(seq, &w)?) };
     rlx.run()?;
     let last = rlx.last_row();
     let embed = &w[0].3;
     let logits: Vec<f32> =
         (0..VOCAB).map(|t| embed[t * D..(t + 1) * D].iter().zip(&last).map(|(a, b)| a * b).sum()).collect();
-    let diff_c = rel_diff(&logits, &cand.run()?);
+    let diff_c = match cand.as_mut() {
+        Some(c) => rel_diff(&logits, &c.run()?),
+        None => f64::NAN,
+    };
     let use_jax = py.as_ref().is_some_and(|p| p.has("jax") && p.has("safetensors"));
     let path = std::env::temp_dir().join(format!("rlx-bench-qwen3-{}.safetensors", std::process::id()));
     if use_jax {
@@ -202,12 +223,14 @@ pub fn compare(seq: usize, rounds: usize, py: &mut Option<PyPeers>) -> Result<()
         for _ in 0..reps {
             t_r.time(|| rlx.run())?;
         }
-        cand.run()?;
-        for _ in 0..reps {
-            t_c.time(|| cand.run().map(|_| ()))?;
+        if let Some(cand) = cand.as_mut() {
+            cand.run()?;
+            for _ in 0..reps {
+                t_c.time(|| cand.run().map(|_| ()))?;
+            }
         }
         if let (true, Some(p)) = (use_jax, py.as_mut()) {
-            let v = p.ask(&format!("jax_qwen3 {} {seq} {reps}", path.display()))?;
+            let v = p.ask(&format!("jax_qwen3 {} {seq} {reps} {dt}", path.display()))?;
             t_j.extend(PyPeers::ms(&v));
             if round == 0 {
                 let row: Vec<f32> = v
@@ -230,7 +253,11 @@ pub fn compare(seq: usize, rounds: usize, py: &mut Option<PyPeers>) -> Result<()
         }
     };
     line("RLX", r);
-    line("candle 0.9 (qwen3, 1 layer)", t_c.median_ms());
+    if bf16 {
+        println!("| candle 0.9 (qwen3, 1 layer) | unsupported (no CPU bf16 matmul) | - | - |");
+    } else {
+        line("candle 0.9 (qwen3, 1 layer)", t_c.median_ms());
+    }
     line("JAX jit", median(&t_j));
     if !use_jax {
         println!("skipped JAX: python modules jax or safetensors missing");
@@ -241,10 +268,10 @@ pub fn compare(seq: usize, rounds: usize, py: &mut Option<PyPeers>) -> Result<()
     }
     println!(
         "outputs: max |diff| / max |ref|: RLX vs candle (last-token logits) {diff_c:.2e}, RLX vs JAX (last hidden) \
-         {diff_j:.2e} (need <= 1e-3)"
+         {diff_j:.2e} (need <= {tol:.0e})"
     );
     println!("ping-pong {:.0} ns (median over rounds), load average {:.2}", median(&pp), crate::probe::load_avg());
-    if diff_c > 1e-3 || diff_j > 1e-3 {
+    if diff_c > tol || diff_j > tol {
         return Err(format!("RLX's layer output differs from a peer's: candle {diff_c:.2e}, JAX {diff_j:.2e}"));
     }
     Ok(())

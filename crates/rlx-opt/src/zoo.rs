@@ -78,14 +78,34 @@ pub fn bert_encoder(s: usize, d: usize, heads: usize, ffn: usize, layers: usize)
 /// One Qwen3-style decoder layer on `[s, d]`: rms_norm, grouped-query causal attention with
 /// q/k norms and rope, residual, rms_norm, SwiGLU MLP, residual.
 pub fn qwen3_decoder(s: usize, d: usize, heads: usize, kv_heads: usize, dh: usize, ffn: usize) -> Graph {
+    qwen3_decoder_in(DType::F32, s, d, heads, kv_heads, dh, ffn)
+}
+
+/// `qwen3_decoder` with x and every weight in `dtype` (bf16 as Qwen3 checkpoints ship).
+pub fn qwen3_decoder_in(
+    dtype: DType,
+    s: usize,
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    dh: usize,
+    ffn: usize,
+) -> Graph {
     let mut g = Graph::new("qwen3");
-    let x = g.input("x", Shape::new(&[s, d], DType::F32));
+    let x = g.input("x", Shape::new(&[s, d], dtype));
+    let p = |g: &mut Graph, name: &str, dims: &[usize]| g.param(name, Shape::new(dims, dtype));
+    // `x @ w^T` with w stored [out, in] (no biases in Qwen3).
+    let linear = |g: &mut Graph, x: NodeId, name: &str, d_in: usize, d_out: usize| {
+        let w = g.param(&format!("{name}.weight"), Shape::new(&[d_out, d_in], dtype));
+        let wt = g.transpose(w, &[1, 0]);
+        g.matmul(x, wt)
+    };
     let pos = g.input("positions", Shape::new(&[s], DType::I64));
     let n1 = p(&mut g, "input_layernorm.weight", &[d]);
     let h = g.rms_norm(x, n1, 1e-6);
-    let q = linear(&mut g, h, "q_proj", d, heads * dh, false);
-    let k = linear(&mut g, h, "k_proj", d, kv_heads * dh, false);
-    let v = linear(&mut g, h, "v_proj", d, kv_heads * dh, false);
+    let q = linear(&mut g, h, "q_proj", d, heads * dh);
+    let k = linear(&mut g, h, "k_proj", d, kv_heads * dh);
+    let v = linear(&mut g, h, "v_proj", d, kv_heads * dh);
     let q = split_heads(&mut g, q, s, heads, dh);
     let k = split_heads(&mut g, k, s, kv_heads, dh);
     let v = split_heads(&mut g, v, s, kv_heads, dh);
@@ -98,15 +118,15 @@ pub fn qwen3_decoder(s: usize, d: usize, heads: usize, kv_heads: usize, dh: usiz
     let a = g.attention(q, k, v, MaskKind::Causal, 1.0 / (dh as f32).sqrt());
     let a = g.transpose(a, &[0, 2, 1, 3]);
     let a = g.reshape(a, &[s, heads * dh]);
-    let o = linear(&mut g, a, "o_proj", heads * dh, d, false);
+    let o = linear(&mut g, a, "o_proj", heads * dh, d);
     let r = g.add(x, o);
     let n2 = p(&mut g, "post_attention_layernorm.weight", &[d]);
     let h2 = g.rms_norm(r, n2, 1e-6);
-    let gate = linear(&mut g, h2, "gate_proj", d, ffn, false);
-    let up = linear(&mut g, h2, "up_proj", d, ffn, false);
+    let gate = linear(&mut g, h2, "gate_proj", d, ffn);
+    let up = linear(&mut g, h2, "up_proj", d, ffn);
     let act = g.silu(gate);
     let m = g.mul(act, up);
-    let down = linear(&mut g, m, "down_proj", ffn, d, false);
+    let down = linear(&mut g, m, "down_proj", ffn, d);
     let y = g.add(r, down);
     g.set_outputs(vec![y]);
     g
