@@ -17,23 +17,32 @@ fn reps(n: usize) -> usize {
     }
 }
 
+/// The two n x n operands (the same values for every dtype), made with `cast`.
+fn inputs<T>(n: usize, cast: impl Fn(f32) -> T) -> (Vec<T>, Vec<T>) {
+    let a = (0..n * n).map(|i| cast(((i * 7 % 13) as f32 - 6.0) / 7.0)).collect();
+    let b = (0..n * n).map(|i| cast(((i * 5 % 11) as f32 - 5.0) / 5.0)).collect();
+    (a, b)
+}
+
+/// A row-major n x n view of `x`.
+fn view<T>(x: &[T], n: usize) -> MatRef<T> {
+    MatRef { ptr: x.as_ptr(), rs: n as isize, cs: 1 }
+}
+
 /// Prints one line per size: GFLOP/s of each and RLX over the best peer.
 pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
     println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
     println!("| n | RLX | candle | numpy | JAX | RLX / best peer | ping-pong ns |");
     println!("|---|---|---|---|---|---|---|");
     for &n in sizes {
-        let a: Vec<f32> = (0..n * n).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
-        let b: Vec<f32> = (0..n * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let (a, b) = inputs(n, |x| x);
         let mut c = vec![0f32; n * n];
         let cm = CandleMatmul::new(n)?;
         let (mut rlx, mut cand, mut np, mut jx, mut pp) = (Timer::default(), Timer::default(), vec![], vec![], vec![]);
         let r = reps(n);
         let mut rlx_run = || {
-            let (av, bv) =
-                (MatRef { ptr: a.as_ptr(), rs: n as isize, cs: 1 }, MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
             // SAFETY: the buffers hold n*n elements each and do not alias.
-            unsafe { gemm(n, n, n, av, bv, MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
+            unsafe { gemm(n, n, n, view(&a, n), view(&b, n), MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
             Ok::<(), String>(())
         };
         rlx_run()?;
@@ -78,18 +87,15 @@ pub fn run_bf16(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Res
     println!("| n | RLX (bf16 out) | candle | JAX (bf16 out) | JAX (f32 out) | RLX / best peer |");
     println!("|---|---|---|---|---|---|");
     for &n in sizes {
-        let a: Vec<bf16> = (0..n * n).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 7.0)).collect();
-        let b: Vec<bf16> = (0..n * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 5.0)).collect();
+        let (a, b) = inputs(n, bf16::from_f32);
         let mut c = vec![bf16::ZERO; n * n];
         // candle 0.9 has no bf16 matmul on the CPU ("unsupported dtype"): its column says so.
         let cm = CandleMatmul::of(n, candle_core::DType::BF16).and_then(|c| c.run().map(|_| c)).ok();
         let (mut rlx, mut cand, mut jb, mut jf) = (Timer::default(), Timer::default(), vec![], vec![]);
         let r = reps(n);
         let mut rlx_run = || {
-            let (av, bv) =
-                (MatRef { ptr: a.as_ptr(), rs: n as isize, cs: 1 }, MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 });
             // SAFETY: the buffers hold n*n elements each and do not alias.
-            unsafe { gemm_half(n, n, n, av, bv, MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
+            unsafe { gemm_half(n, n, n, view(&a, n), view(&b, n), MatMut { ptr: c.as_mut_ptr(), rs: n as isize }) };
             Ok::<(), String>(())
         };
         rlx_run()?;
