@@ -6,16 +6,25 @@ use rlx_ir::ops::MaskKind;
 use rlx_ir::{DType, Graph, NodeId, Shape};
 
 fn p(g: &mut Graph, name: &str, dims: &[usize]) -> NodeId {
-    g.param(name, Shape::new(dims, DType::F32))
+    p_in(g, DType::F32, name, dims)
+}
+
+fn p_in(g: &mut Graph, dtype: DType, name: &str, dims: &[usize]) -> NodeId {
+    g.param(name, Shape::new(dims, dtype))
 }
 
 /// `x @ w^T + b` with `w` stored `[out, in]` as in PyTorch checkpoints (the transpose is explicit).
 pub fn linear(g: &mut Graph, x: NodeId, name: &str, d_in: usize, d_out: usize, bias: bool) -> NodeId {
-    let w = p(g, &format!("{name}.weight"), &[d_out, d_in]);
+    linear_in(g, DType::F32, x, name, d_in, d_out, bias)
+}
+
+/// `linear` with its weight (and bias) in `dtype`.
+pub fn linear_in(g: &mut Graph, dtype: DType, x: NodeId, name: &str, d_in: usize, d_out: usize, bias: bool) -> NodeId {
+    let w = p_in(g, dtype, &format!("{name}.weight"), &[d_out, d_in]);
     let wt = g.transpose(w, &[1, 0]);
     let y = g.matmul(x, wt);
     if bias {
-        let b = p(g, &format!("{name}.bias"), &[d_out]);
+        let b = p_in(g, dtype, &format!("{name}.bias"), &[d_out]);
         g.add(y, b)
     } else {
         y
@@ -93,12 +102,10 @@ pub fn qwen3_decoder_in(
 ) -> Graph {
     let mut g = Graph::new("qwen3");
     let x = g.input("x", Shape::new(&[s, d], dtype));
-    let p = |g: &mut Graph, name: &str, dims: &[usize]| g.param(name, Shape::new(dims, dtype));
-    // `x @ w^T` with w stored [out, in] (no biases in Qwen3).
+    let p = |g: &mut Graph, name: &str, dims: &[usize]| p_in(g, dtype, name, dims);
+    // No biases in Qwen3.
     let linear = |g: &mut Graph, x: NodeId, name: &str, d_in: usize, d_out: usize| {
-        let w = g.param(&format!("{name}.weight"), Shape::new(&[d_out, d_in], dtype));
-        let wt = g.transpose(w, &[1, 0]);
-        g.matmul(x, wt)
+        linear_in(g, dtype, x, name, d_in, d_out, false)
     };
     let pos = g.input("positions", Shape::new(&[s], DType::I64));
     let n1 = p(&mut g, "input_layernorm.weight", &[d]);

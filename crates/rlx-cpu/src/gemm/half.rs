@@ -203,7 +203,16 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
             for p in p0..p1 {
                 if pairs {
                     // SAFETY: as below; H is bf16 and the pair panels take half the bytes.
-                    unsafe { pack_pairs(is_b, a, b, p, m, n, k, if is_b { pb_own } else { pa }) };
+                    unsafe {
+                        pack_pairs(
+                            is_b,
+                            if is_b { b } else { a },
+                            p,
+                            if is_b { n } else { m },
+                            k,
+                            if is_b { pb_own } else { pa },
+                        )
+                    };
                 } else if is_b {
                     let out = (pb_own as *mut f32).wrapping_add(p * nr * k);
                     // SAFETY: panel p lies inside B and inside the buffer; tasks write disjoint panels.
@@ -253,38 +262,29 @@ fn bf16_dot_enabled() -> bool {
     false
 }
 
-/// Packs pair panel `p` of B (`is_b`) or of A into the buffer at address `buf`.
+/// Packs pair panel `p` of B (`is_b`: x is B, `lines` its columns) or of A (x is A, `lines`
+/// its rows) into the buffer at address `buf`.
 ///
 /// # Safety
-/// H is bf16 (`bf16_pairs`); the panel lies inside its matrix; the buffer holds the panel at
-/// the pair layout's offset (within the f32 sizes `pack_sizes` gives).
-#[allow(clippy::too_many_arguments)]
-unsafe fn pack_pairs<H: HalfElem>(
-    is_b: bool,
-    a: MatRef<H>,
-    b: MatRef<H>,
-    p: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    buf: usize,
-) {
+/// H is bf16 (`bf16_pairs`); the panel lies inside x; the buffer holds the panel at the pair
+/// layout's offset (within the f32 sizes `pack_sizes` gives).
+unsafe fn pack_pairs<H: HalfElem>(is_b: bool, x: MatRef<H>, p: usize, lines: usize, k: usize, buf: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use super::half_bf16::{MR, NR, pack_a, pack_b, pairs};
-        let cast = |v: MatRef<H>| MatRef { ptr: v.ptr as *const ::half::bf16, rs: v.rs, cs: v.cs };
+        let x = MatRef { ptr: x.ptr as *const ::half::bf16, rs: x.rs, cs: x.cs };
         let np = pairs(k);
-        // SAFETY: forwarded; H is bf16, so the casts keep the element layout.
+        // SAFETY: forwarded; H is bf16, so the cast keeps the element layout.
         unsafe {
             if is_b {
-                pack_b(cast(b), p * NR, NR.min(n - p * NR), k, (buf as *mut u16).add(p * NR * 2 * np));
+                pack_b(x, p * NR, NR.min(lines - p * NR), k, (buf as *mut u16).add(p * NR * 2 * np));
             } else {
-                pack_a(cast(a), p * MR, MR.min(m - p * MR), k, (buf as *mut u32).add(p * MR * np));
+                pack_a(x, p * MR, MR.min(lines - p * MR), k, (buf as *mut u32).add(p * MR * np));
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (is_b, a, b, p, m, n, k, buf);
+    let _ = (is_b, x, p, lines, k, buf);
 }
 
 /// The bf16 pair tile of rows from `i` and column panel `jp` into `tile` (`half_bf16::tile`).
@@ -469,7 +469,7 @@ pub unsafe fn pack_b_full<H: HalfElem>(k: usize, n: usize, b: MatRef<H>, out: &m
         for p in (t * per).min(panels)..((t + 1) * per).min(panels) {
             if pairs {
                 // SAFETY: as below, in the pair layout `gemm_src` reads when `pairs` is set.
-                unsafe { pack_pairs(true, b, b, p, 0, n, k, base) };
+                unsafe { pack_pairs(true, b, p, n, k, base) };
                 continue;
             }
             // SAFETY: tasks write disjoint panels of `out`; the panel lies inside B.

@@ -91,7 +91,26 @@ pub(super) unsafe fn generic<T: super::GemmElem, const MR: usize, const NR: usiz
             }
         }
     }
-    for (i, row) in acc.iter().enumerate().take(m) {
+    // SAFETY: the tile of C covers m x n.
+    unsafe { write_tile(acc.as_flattened(), NR, c, rs, m, n, accumulate) };
+}
+
+/// Writes (or adds, with `accumulate`) the first m x n entries of a finished tile held in
+/// `tile` (rows `nr` apart) into C: the edge tiles of every micro-kernel.
+///
+/// # Safety
+/// C at row stride `rs` covers m x n; `tile` holds m rows of `nr` >= n.
+#[inline(always)]
+pub(super) unsafe fn write_tile<T: super::GemmElem>(
+    tile: &[T],
+    nr: usize,
+    c: *mut T,
+    rs: isize,
+    m: usize,
+    n: usize,
+    accumulate: bool,
+) {
+    for (i, row) in tile.chunks_exact(nr).enumerate().take(m) {
         for (j, &v) in row.iter().enumerate().take(n) {
             // SAFETY: (i, j) lies inside the tile of C.
             let dst = unsafe { &mut *c.offset(i as isize * rs + j as isize) };
@@ -172,13 +191,7 @@ mod x86 {
                         $store(tmp.as_mut_ptr().add(i * NR + h * $lanes), v);
                     }
                 }
-                for i in 0..$m {
-                    for j in 0..$n {
-                        let dst = &mut *$c.offset(i as isize * $rs + j as isize);
-                        let v = tmp[i * NR + j];
-                        *dst = if $acc { *dst + v } else { v };
-                    }
-                }
+                super::write_tile(&tmp, NR, $c, $rs, $m, $n, $acc);
             }
         }};
     }

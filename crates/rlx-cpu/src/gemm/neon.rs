@@ -78,13 +78,7 @@ macro_rules! neon_tile {
                         $store(tmp.as_mut_ptr().add(i * NR + h * L), v);
                     }
                 }
-                for i in 0..m {
-                    for j in 0..n {
-                        let dst = &mut *c.offset(i as isize * rs + j as isize);
-                        let v = tmp[i * NR + j];
-                        *dst = if acc { *dst + v } else { v };
-                    }
-                }
+                super::kernels::write_tile(&tmp, NR, c, rs, m, n, acc);
             }
         }
     };
