@@ -198,11 +198,12 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
     let ncm = nc_block(nr).min(n.div_ceil(nr) * nr);
     ensure(shared, ncm * kcm);
     let sb = shared.as_mut_ptr() as usize;
-    // Row tasks: a multiple of the thread count, each about MC rows, tiles spread evenly.
     let tiles_m = m.div_ceil(mr);
-    let tasks = (threads * tiles_m.div_ceil(threads * MC.div_ceil(mr))).min(tiles_m);
+    // Row tasks of about MC rows, then smaller ones, claimed dynamically.
+    let split = RowSplit::guided(tiles_m, threads, MC.div_ceil(mr));
+    let tasks = split.tasks;
     let rows_of = |t: usize| {
-        let (t0, t1) = (t * tiles_m / tasks, (t + 1) * tiles_m / tasks);
+        let (t0, t1) = split.tiles(t);
         (t0 * mr, (t1 * mr).min(m))
     };
     for jc in (0..n).step_by(ncm) {
@@ -226,7 +227,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                 T::with_buffers(threads::slot(), |pa, _| {
                     // The largest task's size, whichever task this thread claims (a warm call
                     // must not grow the buffer).
-                    ensure(pa, tiles_m.div_ceil(tasks) * mr * kcm);
+                    ensure(pa, split.largest * mr * kcm);
                     // SAFETY: the block lies inside A.
                     unsafe { pack::pack_a(a, i0, i1 - i0, pc, kc, mr, pa) };
                     let ap = |ir: usize| MatRef { ptr: pa[(ir / mr) * kc * mr..].as_ptr(), rs: 1, cs: mr as isize };
@@ -243,5 +244,43 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                 }
             });
         }
+    }
+}
+
+/// Most row tasks `RowSplit` makes.
+const MAX_ROW_TASKS: usize = 255;
+
+/// Row tiles split into tasks claimed in order: full-size tasks first, then smaller and smaller
+/// ones, so the threads finish together (the last task is one tile, not a whole block).
+pub(super) struct RowSplit {
+    /// Task t covers tiles `starts[t]..starts[t + 1]`.
+    starts: [usize; MAX_ROW_TASKS + 1],
+    /// Number of tasks.
+    pub tasks: usize,
+    /// Tiles in the largest task.
+    pub largest: usize,
+}
+
+impl RowSplit {
+    /// Tasks of `block` tiles (more for very tall products) while at least `2 * threads` such
+    /// tasks remain, then each a `2 * threads`-th of what is left, down to one tile.
+    pub(super) fn guided(tiles: usize, threads: usize, block: usize) -> Self {
+        let block = block.max(tiles.div_ceil(MAX_ROW_TASKS / 2)).max(1);
+        let mut starts = [0; MAX_ROW_TASKS + 1];
+        let (mut done, mut tasks, mut largest) = (0, 0, 0);
+        while done < tiles && tasks < MAX_ROW_TASKS {
+            let left = tiles - done;
+            let size = if tasks + 1 == MAX_ROW_TASKS { left } else { left.div_ceil(2 * threads).clamp(1, block) };
+            largest = largest.max(size);
+            done += size;
+            tasks += 1;
+            starts[tasks] = done;
+        }
+        RowSplit { starts, tasks, largest }
+    }
+
+    /// The tiles of task `t`.
+    pub(super) fn tiles(&self, t: usize) -> (usize, usize) {
+        (self.starts[t], self.starts[t + 1])
     }
 }

@@ -212,3 +212,25 @@ fn aliased_rows_of_a_are_copied_with_a_padded_stride() {
     assert!(restride_a(m, 64, 1000, plain, 2).is_none());
     assert!(restride_a(m, 16, k, view, 2).is_none());
 }
+
+#[test]
+fn guided_row_split_covers_every_tile_once_and_ends_small() {
+    for threads in [1, 2, 3, 8] {
+        for tiles in [0, 1, 5, 86, 171, 342, 1000, 100_000] {
+            let s = blocked::RowSplit::guided(tiles, threads, 8);
+            let mut next = 0;
+            for t in 0..s.tasks {
+                let (t0, t1) = s.tiles(t);
+                assert_eq!(t0, next, "tiles {tiles} threads {threads}: task {t} starts where the last ended");
+                assert!(t1 > t0 && t1 - t0 <= s.largest, "tiles {tiles} threads {threads}: task {t} is {t0}..{t1}");
+                next = t1;
+            }
+            assert_eq!(next, tiles, "tiles {tiles} threads {threads}: all tiles covered");
+            if (2..=1000).contains(&tiles) {
+                let (t0, t1) = s.tiles(s.tasks - 1);
+                assert!(t1 - t0 <= 1.max(s.largest / 4), "tiles {tiles} threads {threads}: last task {t0}..{t1}");
+                assert!(s.largest <= 8);
+            }
+        }
+    }
+}
