@@ -1,7 +1,8 @@
 //! f32 GEMM GFLOP/s: RLX's packed GEMM against matrixmultiply, interleaved in one run.
 //! `cargo run --release -p rlx-cpu --example gemm_bench -- 1024 [reps]`, or shapes
 //! `-- 128x384x384 128x384x1536 [reps]` (m x k x n). `RLX_BENCH_PEER=0` skips matrixmultiply in the
-//! shape runs (its threads then do not share the cores with RLX's).
+//! shape runs (its threads then do not share the cores with RLX's); `RLX_BENCH_COLD=1` rotates
+//! over copies of the packed B that spill the L3, so B streams from DRAM as a model's weights do.
 
 use rlx_cpu::gemm::{BSrc, GemmElem, Kernel, MatMut, MatRef, gemm, gemm_src, pack_b_full, packed_b_len};
 use std::time::Instant;
@@ -38,6 +39,11 @@ impl Clock {
     fn elapsed(&self) -> std::time::Duration {
         if use_cpu() { std::time::Duration::from_secs_f64(thread_cpu() - self.1) } else { self.0.elapsed() }
     }
+}
+
+/// Whether shape runs read B from DRAM (`RLX_BENCH_COLD=1`).
+fn cold() -> bool {
+    std::env::var("RLX_BENCH_COLD").is_ok_and(|v| v == "1")
 }
 
 /// Whether shape runs interleave matrixmultiply (`RLX_BENCH_PEER=0`: no).
@@ -156,12 +162,21 @@ fn shape(m: usize, k: usize, n: usize, reps: usize) {
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect();
     let mut c = vec![0f32; m * n];
     let bv = MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
-    let mut packed = vec![0f32; packed_b_len::<f32>(k, n)];
-    // SAFETY: the view covers k x n; the buffer has the packed size.
-    unsafe { pack_b_full(k, n, bv, &mut packed) };
+    // Enough packed copies of B to spill the L3 with `RLX_BENCH_COLD=1`, read in turn: each call
+    // streams its B from DRAM, as a model's weights are.
+    let copies = if cold() { (64usize << 20).div_ceil(k * n * 4).max(1) } else { 1 };
+    let copies: Vec<Vec<f32>> = (0..copies)
+        .map(|_| {
+            let mut packed = vec![0f32; packed_b_len::<f32>(k, n)];
+            // SAFETY: the view covers k x n; the buffer has the packed size.
+            unsafe { pack_b_full(k, n, bv, &mut packed) };
+            packed
+        })
+        .collect();
     let flops = 2.0 * (m * k * n) as f64;
     let (mut ours, mut mm) = (vec![], vec![]);
-    for _ in 0..reps {
+    for rep in 0..reps {
+        let packed = &copies[rep % copies.len()];
         let t = Clock::now();
         unsafe {
             gemm_src(

@@ -79,11 +79,10 @@ macro_rules! zmm_tile {
                         }
                     }
                 };
-                for p in 0..kc - tail {
-                    step(&mut r, p);
-                }
-                prefetch_c(cb, rsb, m, wb);
-                for p in kc - tail..kc {
+                for p in 0..kc {
+                    if p == kc - tail {
+                        prefetch_c(cb, rsb, m, wb);
+                    }
                     step(&mut r, p);
                 }
             } else {
@@ -98,11 +97,10 @@ macro_rules! zmm_tile {
                         }
                     }
                 };
-                for p in 0..kc - tail {
-                    step(&mut r, p);
-                }
-                prefetch_c(cb, rsb, m, wb);
-                for p in kc - tail..kc {
+                for p in 0..kc {
+                    if p == kc - tail {
+                        prefetch_c(cb, rsb, m, wb);
+                    }
                     step(&mut r, p);
                 }
             }
@@ -124,7 +122,11 @@ macro_rules! zmm_tile {
                 ((1u32 << lanes) - 1) as $mask
             });
             let full = ((1u32 << L) - 1) as $mask;
-            for (i, row) in r.iter().enumerate().take(m) {
+            // All MR rows with a test, not `take(m)`: constant indices keep `r` in registers.
+            for (i, row) in r.iter().enumerate() {
+                if i >= m {
+                    continue;
+                }
                 let dst = c.offset(i as isize * rs);
                 for (h, &v) in row.iter().enumerate() {
                     let p = dst.add(L * h);
