@@ -11,6 +11,8 @@
 //! `dense.rs` instead of the online softmax.
 
 mod dense;
+#[cfg(target_arch = "x86_64")]
+mod dense512;
 
 use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8};
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};

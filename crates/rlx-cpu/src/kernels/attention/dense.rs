@@ -88,6 +88,7 @@ fn item_avx2<T: Compute>(
     sc: Buf<'_>,
 ) {
     let (d, dv, t) = (g.d, g.dv, g.t);
+    let wide = crate::kernels::vec32::simd16::avx512();
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
@@ -105,7 +106,7 @@ fn item_avx2<T: Compute>(
         let ktb = &kt[kv * d * tp + lo..(kv + 1) * d * tp];
         assert!(sc.p.len() >= rows4 * pw && ktb.len() >= (d - 1) * tp + n16 && sc.q.len() >= rows4 * d);
         // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16.
-        unsafe { gemm(sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
+        unsafe { product(wide, sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d) };
     }
     for r in 0..rows {
         let (hi, i) = it.row(r);
@@ -131,7 +132,9 @@ fn item_avx2<T: Compute>(
             }
             Mask::None => {}
         }
-        let (mx, sum) = softmax_span(p, a, b, hide);
+        // SAFETY: `wide` says the CPU has AVX-512F; a <= b <= n16 and the mask row holds b - a.
+        let (mx, sum) =
+            if wide { unsafe { super::dense512::softmax_span(p, a, b, hide) } } else { softmax_span(p, a, b, hide) };
         sc.m[r] = mx;
         sc.l[r] = sum;
     }
@@ -142,7 +145,7 @@ fn item_avx2<T: Compute>(
     if n > 0 {
         assert!(sc.o.len() >= rows4 * dv && vb.len() >= n * dv);
         // SAFETY: bounds checked above.
-        unsafe { gemm(sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, false) };
+        unsafe { product(wide, sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n) };
     } else {
         sc.o[..rows4 * dv].fill(0.0);
     }
@@ -219,6 +222,35 @@ fn softmax_span(p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32,
         sum += *x;
     }
     (mx, sum)
+}
+
+/// `c = a @ b` as `gemm` (no accumulation), in AVX-512 tiles when `wide`.
+///
+/// # Safety
+/// As `gemm`; `wide` only when the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn product(
+    wide: bool,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe {
+        if wide {
+            super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, false)
+        } else {
+            gemm(a, lda, b, ldb, c, ldc, m, n, k, false)
+        }
+    }
 }
 
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`) in 4 x 16 register tiles;

@@ -1,4 +1,4 @@
-//! 16-lane AVX-512 versions of `erf8` and `gelu8` (the same polynomial and operation order, so
+//! 16-lane AVX-512 versions of `exp8`, `erf8` and `gelu8` (the same polynomial and operation order, so
 //! bit-identical results). Zen 4 runs a zmm FMA as two halves, so the gain is half the
 //! instructions: GELU 0.80 -> 0.43 ns per element on one core.
 
@@ -25,7 +25,7 @@ pub fn avx512() -> bool {
     })
 }
 
-/// `out = u(x)` 16 lanes at a time for erf and GELU; false (nothing written) for other ops.
+/// `out = u(x)` 16 lanes at a time for exp, erf and GELU; false (nothing written) for other ops.
 ///
 /// # Safety
 /// The CPU has AVX-512F.
@@ -60,6 +60,8 @@ unsafe fn apply(u: UnaryKind, src: *const f32, dst: *mut f32, n: usize) -> bool 
         UnaryKind::Gelu => unsafe { lanes(src, dst, n, |v| gelu16(v)) },
         // SAFETY: forwarded.
         UnaryKind::Erf => unsafe { lanes(src, dst, n, |v| erf16(v)) },
+        // SAFETY: forwarded.
+        UnaryKind::Exp => unsafe { lanes(src, dst, n, |v| exp16(v)) },
         _ => return false,
     }
     true
@@ -90,6 +92,27 @@ unsafe fn lanes(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m512) -> 
 fn splat(v: f32) -> __m512 {
     // SAFETY: only reached from functions compiled with AVX-512F (all callers are).
     unsafe { _mm512_set1_ps(v) }
+}
+
+/// `exp8` on 16 lanes (the same operations: bit-identical results).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub fn exp16(x: __m512) -> __m512 {
+    // max/min return their second operand when either is NaN: NaN passes through the clamps.
+    let xc = _mm512_min_ps(splat(88.376_26), _mm512_max_ps(splat(-87.336_55), x));
+    let round = splat(12_582_912.0);
+    let n = _mm512_sub_ps(_mm512_fmadd_ps(xc, splat(std::f32::consts::LOG2_E), round), round);
+    let r = _mm512_fnmadd_ps(n, splat(0.693_359_4), xc);
+    let r = _mm512_fmadd_ps(n, splat(2.121_944_4e-4), r);
+    let mut p = splat(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        p = _mm512_fmadd_ps(p, r, splat(c));
+    }
+    let y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0));
+    let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
+    let y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+    let y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(88.722_83)), y, splat(f32::INFINITY));
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, splat(-87.336_55)), y, _mm512_setzero_ps())
 }
 
 /// `erf8` on 16 lanes.
@@ -125,7 +148,7 @@ mod tests {
         let mut xs: Vec<f32> = (-6000..6000).map(|i| i as f32 * 1.7e-3).collect();
         xs.extend([0.0, -0.0, 1e-30, -1e-30, 3.7416, 3.7417, -3.7417, 9.0, -9.0, 1e30, -1e30]);
         xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE / 4.0]);
-        for u in [UnaryKind::Gelu, UnaryKind::Erf] {
+        for u in [UnaryKind::Gelu, UnaryKind::Erf, UnaryKind::Exp] {
             // Lengths with every tail size.
             for len in [xs.len(), xs.len() - 1, 15, 1, 0] {
                 let (mut wide, mut narrow, mut inplace) = (vec![0.0; len], vec![0.0; len], xs[..len].to_vec());

@@ -1,0 +1,143 @@
+//! The whole-row f32 attention path (encoders, prefill: at most 1024 keys) against the reference
+//! interpreter: BERT-shaped key-padding masks, odd lengths, head dims that are not multiples of
+//! the register tiles, grouped-query heads, per-query masks, NaN keys hidden by a bool mask, and
+//! the online path past 1024 keys. Shared by the test binaries that run them with AVX-512
+//! (`attention_dense.rs`, where the CPU has it) and with AVX2 only (`attention_dense_avx2.rs`).
+
+use rlx_cpu::CpuBackend;
+use rlx_ir::ops::util::rand_f64;
+use rlx_ir::ops::{Attention, MaskKind};
+use rlx_ir::testkit::run_samples;
+use rlx_ir::{DType, Graph, HostTensor, Sample, Shape};
+
+fn rand(dims: &[usize], dt: DType, seed: u64) -> HostTensor {
+    HostTensor::from_f64(dims, dt, &rand_f64(dims.iter().product(), -1.5, 1.5, seed)).expect("tensor")
+}
+
+/// `[b, h, s, d]` queries over `[b, kvh, t, d]` keys and `[b, kvh, t, dv]` values.
+fn attn(label: &str, mask: MaskKind, dims: [usize; 7], dt: DType, seed: u64, extra: Option<HostTensor>) -> Sample {
+    let [b, h, kvh, s, t, d, dv] = dims;
+    let mut ins =
+        vec![rand(&[b, h, s, d], dt, seed), rand(&[b, kvh, t, d], dt, seed + 1), rand(&[b, kvh, t, dv], dt, seed + 2)];
+    ins.extend(extra);
+    Sample::new(label, Attention { mask, scale: 1.0 / (d as f64).sqrt() }, ins)
+}
+
+/// A key-padding mask `[b, 1, 1, t]`: sequence `i` has its last `pad(i)` keys hidden.
+fn padding(b: usize, t: usize, pad: impl Fn(usize) -> usize) -> HostTensor {
+    let bits: Vec<bool> = (0..b * t).map(|i| i % t < t - pad(i / t)).collect();
+    HostTensor::from_bool(&[b, 1, 1, t], &bits).expect("mask")
+}
+
+fn check(samples: Vec<Sample>) {
+    let cpu = CpuBackend::new();
+    run_samples(samples, |g, feeds| rlx_driver::run_host(&cpu, g, feeds)).assert_all_pass();
+}
+
+pub fn bert_shaped_padding_masks() {
+    check(vec![
+        attn(
+            "minilm/1x128",
+            MaskKind::Custom,
+            [1, 12, 12, 128, 128, 32, 32],
+            DType::F32,
+            1,
+            Some(padding(1, 128, |_| 0)),
+        ),
+        attn(
+            "minilm/3x128-pad",
+            MaskKind::Custom,
+            [3, 12, 12, 128, 128, 32, 32],
+            DType::F32,
+            4,
+            Some(padding(3, 128, |i| 40 * i)),
+        ),
+        // Odd lengths: spans that end inside a 16-key tile and inside an 8-lane group.
+        attn(
+            "odd/37x53",
+            MaskKind::Custom,
+            [2, 3, 3, 37, 53, 32, 32],
+            DType::F32,
+            7,
+            Some(padding(2, 53, |i| 5 + 6 * i)),
+        ),
+        attn("none/odd", MaskKind::None, [1, 2, 2, 5, 7, 32, 32], DType::F32, 10, None),
+    ]);
+}
+
+pub fn head_dims_and_grouped_heads() {
+    check(vec![
+        attn("d64", MaskKind::None, [1, 4, 4, 64, 64, 64, 64], DType::F32, 20, None),
+        // d not a multiple of 8, dv with an 8-wide and a scalar column tail.
+        attn("d20/dv28", MaskKind::None, [1, 2, 2, 33, 45, 20, 28], DType::F32, 23, None),
+        attn("d3/dv5", MaskKind::Causal, [1, 2, 1, 9, 9, 3, 5], DType::F32, 26, None),
+        attn("gqa/causal", MaskKind::Causal, [2, 8, 2, 50, 50, 32, 32], DType::F32, 29, None),
+        attn("gqa/window", MaskKind::SlidingWindow(7), [1, 6, 3, 40, 64, 16, 16], DType::F32, 32, None),
+        attn("gqa/prefill-into-cache", MaskKind::Causal, [1, 4, 2, 24, 100, 32, 32], DType::F32, 35, None),
+    ]);
+}
+
+pub fn per_query_masks_half_storage_and_long_rows() {
+    let (b, h, s, t) = (2, 2, 19, 70);
+    let bits: Vec<bool> = (0..b * h * s * t).map(|i| (i * 7919) % 3 != 0 && (i / t) % 7 != 2).collect();
+    let rows = HostTensor::from_bool(&[b, h, s, t], &bits).expect("mask");
+    let mut add = rand_f64(s * t, -3.0, 0.0, 40);
+    add.iter_mut().enumerate().filter(|(i, _)| i % 5 == 0).for_each(|(_, x)| *x = f64::NEG_INFINITY);
+    let add = HostTensor::from_f64(&[s, t], DType::F32, &add).expect("mask");
+    let add16 = HostTensor::from_f64(&[1, 1, 1, t], DType::F16, &rand_f64(t, -2.0, 0.0, 41)).expect("mask");
+    check(vec![
+        attn("bool/per-head-rows", MaskKind::Custom, [b, h, h, s, t, 32, 32], DType::F32, 50, Some(rows)),
+        attn("add/-inf", MaskKind::Custom, [b, h, 1, s, t, 16, 16], DType::F32, 53, Some(add)),
+        attn("f16/add", MaskKind::Custom, [1, 2, 2, 20, t, 32, 32], DType::F16, 56, Some(add16)),
+        attn("bf16/pad", MaskKind::Custom, [2, 2, 2, 20, 40, 16, 16], DType::BF16, 59, Some(padding(2, 40, |i| 3 * i))),
+        // Past 1024 keys the online path runs; 1100 queries span many blocks.
+        attn("long/online", MaskKind::Causal, [1, 1, 1, 40, 1100, 16, 16], DType::F32, 62, None),
+    ]);
+}
+
+/// NaN keys that a bool mask hides never reach the softmax (the reference adds -inf to NaN, so
+/// it is checked against the same problem without the hidden keys).
+pub fn nan_in_hidden_keys_does_not_leak() {
+    let (s, t, vis, d) = (16, 48, 30, 32);
+    let run = |t: usize| {
+        let mut g = Graph::new("att");
+        let q = g.input("q", Shape::new(&[1, 2, s, d], DType::F32));
+        let k = g.input("k", Shape::new(&[1, 2, t, d], DType::F32));
+        let v = g.input("v", Shape::new(&[1, 2, t, d], DType::F32));
+        let m = g.input("m", Shape::new(&[1, 1, 1, t], DType::Bool));
+        let y = g.attention_with_mask(q, k, v, m, 0.2);
+        g.set_outputs(vec![y]);
+        // Rows of [2 heads, 48 keys, d]; the first `vis` keys of each head are the same in both
+        // problems, the rest are NaN (hidden) or absent.
+        let keys = |seed| -> Vec<f32> {
+            let full: Vec<f32> = rand_f64(2 * 48 * d, -1.0, 1.0, seed).iter().map(|&v| v as f32).collect();
+            (0..2)
+                .flat_map(|h| (0..t).flat_map(move |j| (0..d).map(move |c| (h, j, c))))
+                .map(|(h, j, c)| if j < vis { full[(h * 48 + j) * d + c] } else { f32::NAN })
+                .collect()
+        };
+        let (kd, vd) = (keys(2), keys(3));
+        let bits: Vec<bool> = (0..t).map(|j| j < vis).collect();
+        let qd: Vec<f32> = rand_f64(2 * s * d, -1.0, 1.0, 1).iter().map(|&v| v as f32).collect();
+        let feeds = [
+            ("q", HostTensor::from_f32(&[1, 2, s, d], &qd).unwrap()),
+            ("k", HostTensor::from_f32(&[1, 2, t, d], &kd).unwrap()),
+            ("v", HostTensor::from_f32(&[1, 2, t, d], &vd).unwrap()),
+            ("m", HostTensor::from_bool(&[1, 1, 1, t], &bits).unwrap()),
+        ];
+        rlx_driver::run_host(&CpuBackend::new(), &g, &feeds).unwrap()[0].to_f64_vec().unwrap()
+    };
+    let (with_nan, without) = (run(t), run(vis));
+    assert!(with_nan.iter().all(|x| x.is_finite()));
+    for (a, b) in with_nan.iter().zip(&without) {
+        assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+}
+
+/// Every case above.
+pub fn all() {
+    bert_shaped_padding_masks();
+    head_dims_and_grouped_heads();
+    per_query_masks_half_storage_and_long_rows();
+    nan_in_hidden_keys_does_not_leak();
+}
