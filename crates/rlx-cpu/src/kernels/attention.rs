@@ -244,11 +244,20 @@ fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
         // SAFETY: same size means T is T::C here (f32 -> f32 or f64 -> f64).
         return unsafe { std::slice::from_raw_parts(x.as_ptr() as *const T::C, x.len()) };
     }
-    for (o, &v) in buf.iter_mut().zip(x) {
-        *o = v.load();
-    }
-    &buf[..x.len()]
+    // Widened with SIMD (f16/bf16), in pieces spread over the pool when large.
+    let n = x.len();
+    let (out, pieces) = (SharedMut(buf.as_mut_ptr()), n.div_ceil(WIDEN_PIECE));
+    parallel_for(if n < 2 * WIDEN_PIECE { 1 } else { pieces }, &|t| {
+        let (lo, hi) = if n < 2 * WIDEN_PIECE { (0, n) } else { (t * WIDEN_PIECE, ((t + 1) * WIDEN_PIECE).min(n)) };
+        // SAFETY: pieces are disjoint ranges of `buf`, which holds at least n elements.
+        let dst = unsafe { out.slice(lo, hi - lo) };
+        super::half_vec::load(&x[lo..hi], dst);
+    });
+    &buf[..n]
 }
+
+/// Elements one task widens in `view`.
+const WIDEN_PIECE: usize = 1 << 16;
 
 fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
     let slots: Vec<Mutex<Scratch<T::C>>> = (0..num_threads()).map(|_| Mutex::new(Scratch::new(&g))).collect();

@@ -32,6 +32,14 @@ fn f32s<C: Real>(x: &[C]) -> &[f32] {
     unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) }
 }
 
+/// f32 values seen as the compute type `C` (which `applies` made f32).
+#[cfg(target_arch = "x86_64")]
+fn c_of<C: Real>(x: &[f32]) -> &[C] {
+    assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
+    // SAFETY: C is f32 (the only 4-byte `Real`), so the layout is identical.
+    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const C, x.len()) }
+}
+
 #[cfg(target_arch = "x86_64")]
 fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
@@ -155,9 +163,10 @@ fn item_avx2<T: Compute>(
         let dst = unsafe { out.slice(base, dv) };
         // No visible key at all: NaN, as softmax of an all -inf row.
         let rl = if sc.m[r] == f32::NEG_INFINITY { f32::NAN } else { 1.0 / sc.l[r] };
-        for (o, &x) in dst.iter_mut().zip(&sc.o[r * dv..(r + 1) * dv]) {
-            *o = T::store(T::C::from_f64((x * rl) as f64));
-        }
+        let row = &mut sc.o[r * dv..(r + 1) * dv];
+        row.iter_mut().for_each(|x| *x *= rl);
+        // Narrowed with SIMD when T is f16/bf16 (the scratch is f32, which C is here).
+        crate::kernels::half_vec::store::<T>(c_of(row), dst);
     }
 }
 
