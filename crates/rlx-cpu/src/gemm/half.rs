@@ -227,7 +227,9 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
         run(if pan_b > 0 { 2 * parts } else { parts }, &pack);
         let pb = packed_b.unwrap_or(pb_own as *const f32);
         // Tasks: a grid of (row block, column block); a row block's packed A fits L2.
-        let rb = (A_BLOCK_BYTES / (mr * k * 4)).clamp(1, 16) * mr;
+        // Packed A takes 4 bytes per element, 2 as bf16 pairs.
+        let a_bytes = if pairs { 2 } else { 4 };
+        let rb = (A_BLOCK_BYTES / (mr * k * a_bytes)).clamp(1, 16) * mr;
         let row_blocks = m.div_ceil(rb);
         let tiles_n = n.div_ceil(nr);
         let mut cw = MAX_COL_PANELS.min(tiles_n);
