@@ -63,6 +63,7 @@ pub fn run(runs: usize) -> Result<(), String> {
         (8, 12, 12, 128, 128, 32, MaskKind::None),
         (1, 16, 8, 128, 128, 128, MaskKind::Causal),
         (1, 16, 8, 1024, 1024, 64, MaskKind::Causal),
+        (1, 16, 8, 2048, 2048, 64, MaskKind::Causal),
         (1, 16, 8, 1024, 1024, 64, MaskKind::SlidingWindow(128)),
         (1, 16, 8, 1, 4096, 64, MaskKind::Causal),
     ];

@@ -7,8 +7,8 @@
 //!
 //! Work items are (batch, head, query block); the pool hands them out dynamically, and each
 //! running item borrows one of `num_threads()` preallocated scratch slots. With f32 compute,
-//! AVX2 + FMA and at most 1024 keys (encoders, prefill), items take the whole-row path of
-//! `dense.rs` instead of the online softmax.
+//! AVX2 + FMA and several query rows (encoders, prefill), items take the chunked whole-row path
+//! of `dense.rs` instead of the online softmax over 64-key blocks.
 
 mod dense;
 #[cfg(target_arch = "x86_64")]
@@ -232,7 +232,7 @@ impl<C: Real> Scratch<C> {
     /// Zeroed buffers for one work item of `g`.
     fn new(g: &Geo) -> Self {
         let z = |n: usize| vec![C::ZERO; n];
-        let pw = if g.dense { dense::row_width(g.t).max(BK) } else { BK };
+        let pw = if g.dense { dense::row_width(g.t.min(dense::MAX_T)).max(BK) } else { BK };
         Scratch { q: z(BQ * g.d), p: z(BQ * pw), o: z(BQ * g.dv), m: z(BQ), l: z(BQ) }
     }
 }

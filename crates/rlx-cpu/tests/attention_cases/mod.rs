@@ -1,7 +1,7 @@
-//! The whole-row f32 attention path (encoders, prefill: at most 1024 keys) against the reference
+//! The whole-row f32 attention path (encoders, prefill; rows past 2048 keys in chunks) against the reference
 //! interpreter: BERT-shaped key-padding masks, odd lengths, head dims that are not multiples of
 //! the register tiles, grouped-query heads, per-query masks, NaN keys hidden by a bool mask, and
-//! the online path past 1024 keys. Shared by the test binaries that run them with AVX-512
+//! rows of several key chunks. Shared by the test binaries that run them with AVX-512
 //! (`attention_dense.rs`, where the CPU has it) and with AVX2 only (`attention_dense_avx2.rs`).
 
 use rlx_cpu::CpuBackend;
@@ -90,8 +90,8 @@ pub fn per_query_masks_half_storage_and_long_rows() {
         attn("add/-inf", MaskKind::Custom, [b, h, 1, s, t, 16, 16], DType::F32, 53, Some(add)),
         attn("f16/add", MaskKind::Custom, [1, 2, 2, 20, t, 32, 32], DType::F16, 56, Some(add16)),
         attn("bf16/pad", MaskKind::Custom, [2, 2, 2, 20, 40, 16, 16], DType::BF16, 59, Some(padding(2, 40, |i| 3 * i))),
-        // Past 1024 keys the online path runs; 1100 queries span many blocks.
-        attn("long/online", MaskKind::Causal, [1, 1, 1, 40, 1100, 16, 16], DType::F32, 62, None),
+        // 1100 keys: one chunk of the whole-row path.
+        attn("long/1100", MaskKind::Causal, [1, 1, 1, 40, 1100, 16, 16], DType::F32, 62, None),
     ]);
 }
 
@@ -134,10 +134,33 @@ pub fn nan_in_hidden_keys_does_not_leak() {
     }
 }
 
+/// Rows longer than one key chunk (2048): chunks joined by rescaling, a chunk every row hides,
+/// rows whose first chunk is hidden, additive -inf, grouped heads.
+pub fn chunked_long_rows() {
+    let (s, t) = (12, 4200);
+    // Keys 10..4000 hidden for every row: the middle chunk is empty.
+    let sparse: Vec<bool> = (0..t).map(|j| !(10..4000).contains(&j)).collect();
+    let sparse = HostTensor::from_bool(&[1, 1, 1, t], &sparse).expect("mask");
+    // Row i sees keys from 300 * i (row 9 on: nothing in the first chunk), every 7th key hidden.
+    let late: Vec<bool> = (0..s * t).map(|x| (x % t) >= 300 * (x / t) && (x % t) % 7 != 3).collect();
+    let late = HostTensor::from_bool(&[1, 1, s, t], &late).expect("mask");
+    let mut add = rand_f64(s * t, -2.0, 0.0, 70);
+    add.iter_mut().enumerate().filter(|(i, _)| (i % t) < 2500 && i % 3 != 0).for_each(|(_, x)| *x = f64::NEG_INFINITY);
+    let add = HostTensor::from_f64(&[1, 1, s, t], DType::F32, &add).expect("mask");
+    check(vec![
+        attn("chunks/causal-gqa", MaskKind::Causal, [1, 4, 2, 40, t, 16, 16], DType::F32, 71, None),
+        attn("chunks/empty-middle", MaskKind::Custom, [1, 2, 2, s, t, 16, 16], DType::F32, 74, Some(sparse)),
+        attn("chunks/late-rows", MaskKind::Custom, [1, 1, 1, s, t, 32, 16], DType::F32, 77, Some(late)),
+        attn("chunks/add-inf", MaskKind::Custom, [1, 1, 1, s, t, 16, 32], DType::F32, 80, Some(add)),
+        attn("chunks/window", MaskKind::SlidingWindow(3000), [1, 2, 1, 20, t, 16, 16], DType::BF16, 83, None),
+    ]);
+}
+
 /// Every case above.
 pub fn all() {
     bert_shaped_padding_masks();
     head_dims_and_grouped_heads();
     per_query_masks_half_storage_and_long_rows();
     nan_in_hidden_keys_does_not_leak();
+    chunked_long_rows();
 }

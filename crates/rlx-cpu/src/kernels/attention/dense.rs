@@ -1,7 +1,8 @@
-//! Attention over whole key rows in f32 with AVX2 + FMA, for work items that see at most
-//! `MAX_T` keys (encoders and prefill). A query block's scores come from one register-tiled
-//! GEMM pass, each row then gets one softmax pass (its max is known before its exps, so there is
-//! no running rescale), and `P @ V` is a second GEMM pass.
+//! Attention over key rows in chunks of up to `MAX_T` keys, in f32 with AVX2 + FMA (AVX-512
+//! tiles when the CPU has them), for work items of several query rows (encoders and prefill). A
+//! query block's scores for a chunk come from one register-tiled GEMM pass, each row then gets one
+//! softmax pass (its max is known before its exps), and `P @ V` is a second GEMM pass; chunks
+//! are joined by one rescale per row, so a row of at most `MAX_T` keys is never rescaled.
 
 use super::{Geo, Scratch, Work};
 #[cfg(target_arch = "x86_64")]
@@ -10,13 +11,14 @@ use crate::kernels::math::Compute;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::math::{Real, SharedMut};
 
-/// Longest key span the dense path takes: a query block's scores (`BQ x MAX_T`) stay in L2.
-pub(super) const MAX_T: usize = 1024;
+/// Keys per chunk: a query block's scores (`BQ x MAX_T`) stay in L2; longer rows take several
+/// chunks joined by rescaling.
+pub(super) const MAX_T: usize = 2048;
 
-/// Whether work items of `g` run here: f32 compute, AVX2 + FMA, K transposed, short rows,
-/// non-empty head dims.
+/// Whether work items of `g` run here: f32 compute, AVX2 + FMA, K transposed (several query
+/// rows), non-empty head dims.
 pub(super) fn applies(g: &Geo, f32_compute: bool, simd: bool) -> bool {
-    cfg!(target_arch = "x86_64") && f32_compute && simd && g.transposed && g.t <= MAX_T && g.d > 0 && g.dv > 0
+    cfg!(target_arch = "x86_64") && f32_compute && simd && g.transposed && g.d > 0 && g.dv > 0
 }
 
 /// Width of a score row in the scratch: `t` rounded up to 16.
@@ -106,56 +108,61 @@ fn item_avx2<T: Compute>(
     let (lo, hi_k) = item_keys(g, spans, &it);
     // Columns start on a multiple of 16 so that the score tiles stay inside the padded rows.
     let lo = lo / 16 * 16;
-    let tp = row_width(t);
-    let pw = tp;
-    let n = hi_k.saturating_sub(lo);
-    let n16 = n.div_ceil(16) * 16;
-    if n > 0 {
-        let ktb = &kt[kv * d * tp + lo..(kv + 1) * d * tp];
-        assert!(sc.p.len() >= rows4 * pw && ktb.len() >= (d - 1) * tp + n16 && sc.q.len() >= rows4 * d);
+    let (tp, pw) = (row_width(t), row_width(t.min(MAX_T)));
+    assert!(sc.p.len() >= rows4 * pw && sc.q.len() >= rows4 * d && sc.o.len() >= rows4 * dv);
+    sc.m[..rows].fill(f32::NEG_INFINITY);
+    sc.l[..rows].fill(0.0);
+    sc.o[..rows4 * dv].fill(0.0);
+    // Keys in chunks of at most MAX_T: each chunk's softmax is exact over its keys, and the
+    // chunks are joined by rescaling (one chunk, the common case, rescales nothing).
+    let mut c0 = lo;
+    while c0 < hi_k {
+        let c1 = (c0 + MAX_T).min(hi_k);
+        let (n, n16) = (c1 - c0, (c1 - c0).div_ceil(16) * 16);
+        let ktb = &kt[kv * d * tp + c0..(kv + 1) * d * tp];
+        assert!(ktb.len() >= (d - 1) * tp + n16);
         // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16.
-        unsafe { product(wide, sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d) };
-    }
-    for r in 0..rows {
-        let (hi, i) = it.row(r);
-        // Built-in masks hide the keys outside [vlo, vhi) of this row.
-        let (vlo, vhi) = g.key_range(i, i + 1);
-        let (a, b) = (vlo.clamp(lo, hi_k) - lo, vhi.clamp(lo, hi_k).max(vlo.clamp(lo, hi_k)) - lo);
-        let p = &mut sc.p[r * pw..r * pw + n16];
-        let mrow = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2] + lo * g.ms[3];
-        let mut hide = None;
-        match mask {
-            Mask::Bool(m) if g.ms[3] == 1 => hide = Some(&m[mrow + a..mrow + b]),
-            Mask::Bool(m) => {
-                for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
-                    if m[mrow + jj * g.ms[3]] == 0 {
-                        *x = f32::NEG_INFINITY;
+        unsafe { product(wide, sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
+        for r in 0..rows {
+            let (hi, i) = it.row(r);
+            // Built-in masks hide the keys outside [vlo, vhi) of this row.
+            let (vlo, vhi) = g.key_range(i, i + 1);
+            let (a, b) = (vlo.clamp(c0, c1) - c0, vhi.clamp(c0, c1).max(vlo.clamp(c0, c1)) - c0);
+            let p = &mut sc.p[r * pw..r * pw + n16];
+            let mrow = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2] + c0 * g.ms[3];
+            let mut hide = None;
+            match mask {
+                Mask::Bool(m) if g.ms[3] == 1 => hide = Some(&m[mrow + a..mrow + b]),
+                Mask::Bool(m) => {
+                    for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
+                        if m[mrow + jj * g.ms[3]] == 0 {
+                            *x = f32::NEG_INFINITY;
+                        }
                     }
                 }
-            }
-            Mask::Add(m) => {
-                for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
-                    *x += m[mrow + jj * g.ms[3]].load().to_f64() as f32;
+                Mask::Add(m) => {
+                    for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
+                        *x += m[mrow + jj * g.ms[3]].load().to_f64() as f32;
+                    }
                 }
+                Mask::None => {}
             }
-            Mask::None => {}
+            // SAFETY: `wide` says the CPU has AVX-512F; a <= b <= n16 and the mask row holds b - a.
+            let (mx, sum) = if wide {
+                unsafe { super::dense512::softmax_span(p, a, b, hide) }
+            } else {
+                softmax_span(p, a, b, hide)
+            };
+            join_chunk(mx, sum, p, &mut sc.m[r], &mut sc.l[r], &mut sc.o[r * dv..(r + 1) * dv]);
         }
-        // SAFETY: `wide` says the CPU has AVX-512F; a <= b <= n16 and the mask row holds b - a.
-        let (mx, sum) =
-            if wide { unsafe { super::dense512::softmax_span(p, a, b, hide) } } else { softmax_span(p, a, b, hide) };
-        sc.m[r] = mx;
-        sc.l[r] = sum;
-    }
-    for r in rows..rows4 {
-        sc.p[r * pw..r * pw + n16].fill(0.0);
-    }
-    let vb = &v[(kv * t + lo) * dv..(kv * t + hi_k.max(lo)) * dv];
-    if n > 0 {
-        assert!(sc.o.len() >= rows4 * dv && vb.len() >= n * dv);
+        for r in rows..rows4 {
+            sc.p[r * pw..r * pw + n16].fill(0.0);
+        }
+        let vb = &v[(kv * t + c0) * dv..(kv * t + c1) * dv];
+        assert!(vb.len() >= n * dv);
         // SAFETY: bounds checked above.
-        unsafe { product(wide, sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n) };
-    } else {
-        sc.o[..rows4 * dv].fill(0.0);
+        unsafe { product(wide, sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, true) };
+        c0 = c1;
     }
     for r in 0..rows {
         let base = qrow(it.row(r)) * dv;
@@ -168,6 +175,27 @@ fn item_avx2<T: Compute>(
         // Narrowed with SIMD when T is f16/bf16 (the scratch is f32, which C is here).
         crate::kernels::half_vec::store::<T>(c_of(row), dst);
     }
+}
+
+/// Joins a chunk's softmax numerators `p` (max `mx`, sum `sum`) into a row's running max `m`,
+/// sum `l` and output `o` (which the chunk's `p @ V` is then added to): the older part is scaled
+/// by `exp(m - new max)`, `p` by `exp(mx - new max)`. A NaN max makes the row NaN.
+#[cfg(target_arch = "x86_64")]
+fn join_chunk(mx: f32, sum: f32, p: &mut [f32], m: &mut f32, l: &mut f32, o: &mut [f32]) {
+    let mnew = if mx.is_nan() || m.is_nan() { f32::NAN } else { m.max(mx) };
+    if mnew == f32::NEG_INFINITY {
+        // Nothing visible so far: `p` is all zero and the row stays empty.
+        return;
+    }
+    let (alpha, beta) = (crate::kernels::math::exp_f32(*m - mnew), crate::kernels::math::exp_f32(mx - mnew));
+    if beta != 1.0 {
+        p.iter_mut().for_each(|x| *x *= beta);
+    }
+    if alpha != 0.0 {
+        o.iter_mut().for_each(|x| *x *= alpha);
+    }
+    *l = *l * alpha + sum * beta;
+    *m = mnew;
 }
 
 /// Softmax numerators of `p[a..b]` in place (`exp(x - max)`), zero elsewhere in `p`; returns
@@ -233,7 +261,7 @@ fn softmax_span(p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32,
     (mx, sum)
 }
 
-/// `c = a @ b` as `gemm` (no accumulation), in AVX-512 tiles when `wide`.
+/// `c (+)= a @ b` as `gemm`, in AVX-512 tiles when `wide`.
 ///
 /// # Safety
 /// As `gemm`; `wide` only when the CPU has AVX-512F.
@@ -251,13 +279,14 @@ unsafe fn product(
     m: usize,
     n: usize,
     k: usize,
+    acc: bool,
 ) {
     // SAFETY: forwarded.
     unsafe {
         if wide {
-            super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, false)
+            super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
         } else {
-            gemm(a, lda, b, ldb, c, ldc, m, n, k, false)
+            gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
         }
     }
 }
