@@ -2,7 +2,8 @@
 //!
 //! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
 //! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2, NEON `sdot` (dotprod),
-//! baseline NEON or portable int8 dot products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
+//! baseline NEON or portable int8 dot products picked at run time. Other schemes dequantize one
+//! block at a time (exact f32 math).
 //! Q4_K, Q5_K, Q6_K and Q8_0 weights that are params are repacked once per version into
 //! interleaved eight-row groups (`repack.rs`, 1.0-1.03x their size), one copy shared by every
 //! kernel and graph (`packed.rs`), and the source pages of a memory-mapped file are then

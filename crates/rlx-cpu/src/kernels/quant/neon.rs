@@ -187,7 +187,7 @@ macro_rules! isa {
                             ];
                             for (i, q) in qs.into_iter().enumerate() {
                                 let e = 128 * h + 32 * i + at;
-                                // SAFETY: 16 activations at e < 256 - 15.
+                                // SAFETY: 16 activations at e <= 240.
                                 let av = unsafe { lda(a.qs.as_ptr().add(e)) };
                                 let d = $dot(z, vreinterpretq_s8_u8(q), av);
                                 s = vmlaq_n_s32(s, d, scales[e / 16] as i8 as i32);

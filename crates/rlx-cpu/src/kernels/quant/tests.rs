@@ -427,7 +427,8 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
                     assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
                 }
             }
-            // One copy for all four graphs (none on the portable path); the previous version's is gone.
+            // One copy for all four graphs (none where decode does not repack: the portable path,
+            // aarch64); the previous version's is gone.
             let want = usize::from(super::repacked(s, Isa::detect()));
             assert_eq!(super::packed::live_copies(s, n, k), want, "{s} round {round}");
         }
