@@ -1,8 +1,9 @@
 //! Quantized weights: `qmatmul` (packed GGUF rows times f32 activations) and `dequantize`.
 //!
 //! Q4_K, Q5_K and Q6_K rows multiply activations quantized on the fly to Q8_K, Q8_0 and Q4_0
-//! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2 or portable int8 dot
-//! products picked at run time. Other schemes dequantize one block at a time (exact f32 math).
+//! rows activations in Q8_0 (ggml's scheme), with AVX-512 VNNI, AVX2, NEON `sdot` (dotprod),
+//! baseline NEON or portable int8 dot products picked at run time. Other schemes dequantize one
+//! block at a time (exact f32 math).
 //! Q4_K, Q5_K, Q6_K and Q8_0 weights that are params are repacked once per version into
 //! interleaved eight-row groups (`repack.rs`, 1.0-1.03x their size), one copy shared by every
 //! kernel and graph (`packed.rs`), and the source pages of a memory-mapped file are then
@@ -10,12 +11,16 @@
 //! Q8_0: `x8q80.rs`) read only that copy (`RLX_QUANT_REPACK=0`: none). Other weights: decode
 //! splits the rows over threads; prefill quantizes each activation row once and runs a batched
 //! int8 matmul (`gemm.rs`): weight rows unpacked once into a tile every activation row reuses.
+//! The repacked and batched kernels are x86 only: on aarch64 decode and prefill both take the
+//! NEON row dot products (`neon.rs`), one weight row against each activation row.
 
 #[cfg(target_arch = "x86_64")]
 mod blocks4;
 mod dot;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod packed;
 mod repack;
 #[cfg(target_arch = "x86_64")]
@@ -52,10 +57,17 @@ pub enum Isa {
     Avx2,
     /// AVX-512 VNNI `vpdpbusd` (256-bit).
     Vnni,
+    /// Baseline NEON `smull` + `sadalp` (every aarch64 CPU).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// NEON with the dotprod extension's `sdot`.
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
 }
 
 impl Isa {
-    /// The best the CPU supports (`RLX_QUANT_ISA=scalar|avx2` caps it, for comparisons).
+    /// The best the CPU supports (`RLX_QUANT_ISA=scalar|avx2` caps it on x86,
+    /// `RLX_QUANT_ISA=scalar|neon` on aarch64, for comparisons).
     pub fn detect() -> Isa {
         let cap = std::env::var("RLX_QUANT_ISA").unwrap_or_default();
         #[cfg(target_arch = "x86_64")]
@@ -70,6 +82,15 @@ impl Isa {
                 return Isa::Avx2;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if cap != "scalar" && cap != "neon" && std::arch::is_aarch64_feature_detected!("dotprod") {
+                return Isa::NeonDot;
+            }
+            if cap != "scalar" {
+                return Isa::Neon;
+            }
+        }
         let _ = cap;
         Isa::Scalar
     }
@@ -77,8 +98,13 @@ impl Isa {
     /// Every path this CPU can run (tests compare them).
     #[cfg(test)]
     pub fn available() -> Vec<Isa> {
+        // Each architecture's paths, worst first.
+        #[cfg(target_arch = "aarch64")]
+        let all = [Isa::Scalar, Isa::Neon, Isa::NeonDot];
+        #[cfg(not(target_arch = "aarch64"))]
+        let all = [Isa::Scalar, Isa::Avx2, Isa::Vnni];
         let best = Isa::detect();
-        [Isa::Scalar, Isa::Avx2, Isa::Vnni].into_iter().filter(|&i| i as u8 <= best as u8).collect()
+        all.into_iter().filter(|&i| i as u8 <= best as u8).collect()
     }
 }
 
@@ -100,6 +126,13 @@ macro_rules! pick {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             Isa::Avx2 => |w: &[u8], a: &_| unsafe { $m::avx2::$f(w, a) },
+            // aarch64 has one-block kernels only: both forms take them.
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: as above.
+            Isa::NeonDot => |w: &[u8], a: &_| unsafe { neon::dotprod::$f(w, a) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: every aarch64 CPU has NEON.
+            Isa::Neon => |w: &[u8], a: &_| unsafe { neon::base::$f(w, a) },
             _ => dot::$f,
         }
     };
@@ -258,9 +291,10 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
 }
 
 /// Whether decode (m = 1) repacks the weights into interleaved row groups (`repack.rs`);
-/// `RLX_QUANT_REPACK=0` turns it off (row dot products on the original layout instead).
+/// `RLX_QUANT_REPACK=0` turns it off (row dot products on the original layout instead). The
+/// group kernels exist for x86 only (aarch64 takes the NEON row dot products).
 fn repacked(scheme: QuantScheme, isa: Isa) -> bool {
-    isa != Isa::Scalar
+    matches!(isa, Isa::Avx2 | Isa::Vnni)
         && repack::group_block_bytes(scheme).is_some()
         && std::env::var("RLX_QUANT_REPACK").map_or(true, |v| v != "0")
 }

@@ -77,16 +77,16 @@ fn extreme_blocks_match_across_paths() {
     for isa in Isa::available() {
         assert_eq!(run(QuantScheme::Q8_0, isa, &w, &x).to_bits(), want.to_bits(), "{isa:?}");
     }
-    // Every K-quant byte pattern at its extremes: all 0xFF blocks except finite scales.
-    for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K] {
+    // Every byte pattern at its extremes: all 0xFF blocks except finite scales.
+    for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q4_0] {
         let mut w = vec![0xFFu8; s.block_bytes()];
         let d = half::f16::from_f32(0.25).to_le_bytes();
         let at = if s == QuantScheme::Q6_K { 208 } else { 0 };
         w[at..at + 2].copy_from_slice(&d);
-        if s != QuantScheme::Q6_K {
+        if s == QuantScheme::Q4_K || s == QuantScheme::Q5_K {
             w[2..4].copy_from_slice(&d);
         }
-        let x = rand(256, 1.0, 9);
+        let x = rand(s.block_size(), 1.0, 9);
         let want = run(s, Isa::Scalar, &w, &x);
         assert!(want.is_finite());
         for isa in Isa::available() {
@@ -98,7 +98,9 @@ fn extreme_blocks_match_across_paths() {
 #[test]
 fn four_block_and_one_block_kernels_match_the_portable_path_exactly() {
     let mut checked = 0;
-    for (si, s) in [QuantScheme::Q4_K, QuantScheme::Q6_K, QuantScheme::Q8_0].into_iter().enumerate() {
+    // Q5_K and Q4_0 have one form only (`four` picks the same kernel).
+    let schemes = [QuantScheme::Q4_K, QuantScheme::Q6_K, QuantScheme::Q8_0, QuantScheme::Q5_K, QuantScheme::Q4_0];
+    for (si, s) in schemes.into_iter().enumerate() {
         // Every tail length of the four-block step.
         for blocks in 1..=9usize {
             let k = blocks * s.block_size();
@@ -110,7 +112,7 @@ fn four_block_and_one_block_kernels_match_the_portable_path_exactly() {
             w[last..last + bb].fill(0xFF);
             let at = if s == QuantScheme::Q6_K { bb - 2 } else { 0 };
             w[last + at..last + at + 2].copy_from_slice(&half::f16::from_f32(0.25).to_le_bytes());
-            if s == QuantScheme::Q4_K {
+            if s == QuantScheme::Q4_K || s == QuantScheme::Q5_K {
                 w[last + 2..last + 4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
             }
             let x = rand(k, 1.0, seed + 1);
@@ -425,8 +427,9 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
                     assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
                 }
             }
-            // One copy for all four graphs (none on the portable path); the previous version's is gone.
-            let want = usize::from(Isa::detect() != Isa::Scalar);
+            // One copy for all four graphs (none where decode does not repack: the portable path,
+            // aarch64); the previous version's is gone.
+            let want = usize::from(super::repacked(s, Isa::detect()));
             assert_eq!(super::packed::live_copies(s, n, k), want, "{s} round {round}");
         }
     }
