@@ -1,7 +1,7 @@
 //! Elementwise kernels: unary and binary families, comparisons, where and cast. They evaluate
 //! the same scalar expressions as the reference (`UnaryKind::eval`, `BinaryKind::eval`).
 
-use super::fused::{Buf, src};
+use super::fused::{Buf, Src, src};
 use super::{ALL, Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
@@ -63,11 +63,36 @@ enum Pairing {
     Same,
     ScalarA,
     ScalarB,
+    /// Suffix (bias-like) or prefix (per-row) broadcasts, read as runs: no index maps.
+    Runs(Src, Src),
     Maps(Vec<u32>, Vec<u32>),
 }
 
+/// Splits output elements `s0 .. s0 + len` into runs over which an input laid out as `src` (not
+/// `Src::Map`) is contiguous from element `i` (`step` true) or the one element `i`:
+/// `f(offset in the span, run length, i, step)`.
+fn src_runs(src: &Src, s0: usize, len: usize, mut f: impl FnMut(usize, usize, usize, bool)) {
+    let mut done = 0;
+    while done < len {
+        let at = s0 + done;
+        let (take, i, step) = match *src {
+            Src::Same => (len - done, at, true),
+            Src::Splat => (len - done, 0, false),
+            Src::Cycle(c) => ((c - at % c).min(len - done), at % c, true),
+            Src::Repeat(c) => ((c - at % c).min(len - done), at / c, false),
+            Src::Map(_) => unreachable!("index maps take the Maps pairing"),
+        };
+        f(done, take, i, step);
+        done += take;
+    }
+}
+
 fn pairing(ctx: &KernelCtx<'_>) -> Pairing {
-    let (a, b, o) = (ctx.in_dims(0), ctx.in_dims(1), ctx.out_dims());
+    pairing_of(&ctx.in_dims(0), &ctx.in_dims(1), &ctx.out_dims())
+}
+
+/// The pairing of inputs of dims `a` and `b` with an output of dims `o`.
+fn pairing_of(a: &[usize], b: &[usize], o: &[usize]) -> Pairing {
     let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
     if a == o && b == o {
         Pairing::Same
@@ -76,8 +101,13 @@ fn pairing(ctx: &KernelCtx<'_>) -> Pairing {
     } else if nb == 1 && a == o {
         Pairing::ScalarB
     } else {
-        let m = |d: &[usize]| broadcast_index_map(&o, d).into_iter().map(|i| i as u32).collect();
-        Pairing::Maps(m(&a), m(&b))
+        match (src(o, a), src(o, b)) {
+            (Src::Map(_), _) | (_, Src::Map(_)) => {
+                let m = |d: &[usize]| broadcast_index_map(o, d).into_iter().map(|i| i as u32).collect();
+                Pairing::Maps(m(a), m(b))
+            }
+            (sa, sb) => Pairing::Runs(sa, sb),
+        }
     }
 }
 
@@ -91,6 +121,18 @@ fn zip_broadcast<A: Copy, O>(p: &Pairing, a: &[A], b: &[A], out: &mut [O], f: im
         Pairing::Maps(ia, ib) => {
             out.iter_mut().zip(ia.iter().zip(ib)).for_each(|(o, (&i, &j))| *o = f(a[i as usize], b[j as usize]))
         }
+        Pairing::Runs(sa, sb) => src_runs(sa, 0, out.len(), |off, len, i, step_a| {
+            src_runs(sb, off, len, |off2, len2, j, step_b| {
+                let o = &mut out[off + off2..off + off2 + len2];
+                let i = if step_a { i + off2 } else { i };
+                match (step_a, step_b) {
+                    (true, true) => o.iter_mut().zip(a[i..].iter().zip(&b[j..])).for_each(|(o, (&x, &y))| *o = f(x, y)),
+                    (true, false) => o.iter_mut().zip(&a[i..]).for_each(|(o, &x)| *o = f(x, b[j])),
+                    (false, true) => o.iter_mut().zip(&b[j..]).for_each(|(o, &y)| *o = f(a[i], y)),
+                    (false, false) => o.iter_mut().for_each(|o| *o = f(a[i], b[j])),
+                }
+            })
+        }),
     }
 }
 
@@ -288,5 +330,32 @@ fn cast_f32_half(from: DType, to: DType) -> Option<Kernel> {
             Ok(())
         })),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pairing gives what the index maps give, for suffix, prefix, middle and mixed
+    /// broadcasts on either side.
+    #[test]
+    fn broadcast_runs_match_index_maps() {
+        let o = [2usize, 3, 4];
+        let shapes: [&[usize]; 9] =
+            [&[2, 3, 4], &[4], &[3, 4], &[1], &[2, 1, 1], &[2, 3, 1], &[1, 3, 1], &[2, 1, 4], &[1, 1, 4]];
+        for a in shapes {
+            for b in shapes {
+                let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
+                let xa: Vec<f64> = (0..na).map(|i| i as f64 + 0.5).collect();
+                let xb: Vec<f64> = (0..nb).map(|i| 100.0 * i as f64).collect();
+                let (ia, ib) = (broadcast_index_map(&o, a), broadcast_index_map(&o, b));
+                let want: Vec<f64> = ia.iter().zip(&ib).map(|(&i, &j)| xa[i] * 3.0 - xb[j]).collect();
+                let mut got = vec![0.0; 24];
+                let p = pairing_of(a, b, &o);
+                zip_broadcast(&p, &xa, &xb, &mut got, |x, y| x * 3.0 - y);
+                assert_eq!(got, want, "{a:?} with {b:?}");
+            }
+        }
     }
 }
