@@ -308,9 +308,15 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
                 // SAFETY: each task writes only its own head's block.
                 let dst = unsafe { ktp.slice(hk * g.d * tp, g.d * tp) };
                 let src = &k[hk * g.t * g.d..(hk * g.t + t_used) * g.d];
-                for (j, row) in src.chunks_exact(g.d).enumerate() {
-                    for (c, &x) in row.iter().enumerate() {
-                        dst[c * tp + j] = x;
+                // 16 keys at a time: each destination row gets one contiguous run of 16, and the
+                // 16 source rows stay in L1 while their columns are read.
+                for j0 in (0..t_used).step_by(16) {
+                    let keys = &src[j0 * g.d..(j0 + 16).min(t_used) * g.d];
+                    for c in 0..g.d {
+                        let out = &mut dst[c * tp + j0..c * tp + j0 + keys.len() / g.d];
+                        for (o, row) in out.iter_mut().zip(keys.chunks_exact(g.d)) {
+                            *o = row[c];
+                        }
                     }
                 }
             }
