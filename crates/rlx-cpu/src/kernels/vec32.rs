@@ -19,6 +19,26 @@ macro_rules! erf_clamped_poly {
     }};
 }
 
+/// The range reduction and polynomial of exp for one vector width: `(n, p)` with exp(x) = p * 2^n
+/// for x clamped to [-87.34, 88.38] (`exp8` and `exp16` scale by 2^n and handle the ends their own
+/// way). `math::exp_f32`'s constants with fused multiply-adds: both widths give the same bits.
+#[cfg(target_arch = "x86_64")]
+macro_rules! exp_poly {
+    ($x:expr, $splat:ident, $min:ident, $max:ident, $add:ident, $sub:ident, $mul:ident, $fmadd:ident, $fnmadd:ident) => {{
+        // max/min return their second operand when either is NaN: NaN passes through the clamps.
+        let xc = $min($splat(88.376_26), $max($splat(-87.336_55), $x));
+        let round = $splat(12_582_912.0);
+        let n = $sub($fmadd(xc, $splat(std::f32::consts::LOG2_E), round), round);
+        let r = $fnmadd(n, $splat(0.693_359_4), xc);
+        let r = $fmadd(n, $splat(2.121_944_4e-4), r);
+        let mut p = $splat(1.987_569_1e-4);
+        for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+            p = $fmadd(p, r, $splat(c));
+        }
+        (n, $add($fmadd($mul(p, r), r, r), $splat(1.0)))
+    }};
+}
+
 pub(crate) mod simd16;
 pub(crate) mod simd8;
 

@@ -98,17 +98,17 @@ fn splat(v: f32) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub fn exp16(x: __m512) -> __m512 {
-    // max/min return their second operand when either is NaN: NaN passes through the clamps.
-    let xc = _mm512_min_ps(splat(88.376_26), _mm512_max_ps(splat(-87.336_55), x));
-    let round = splat(12_582_912.0);
-    let n = _mm512_sub_ps(_mm512_fmadd_ps(xc, splat(std::f32::consts::LOG2_E), round), round);
-    let r = _mm512_fnmadd_ps(n, splat(0.693_359_4), xc);
-    let r = _mm512_fmadd_ps(n, splat(2.121_944_4e-4), r);
-    let mut p = splat(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = _mm512_fmadd_ps(p, r, splat(c));
-    }
-    let y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0));
+    let (n, y) = exp_poly!(
+        x,
+        splat,
+        _mm512_min_ps,
+        _mm512_max_ps,
+        _mm512_add_ps,
+        _mm512_sub_ps,
+        _mm512_mul_ps,
+        _mm512_fmadd_ps,
+        _mm512_fnmadd_ps
+    );
     let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
     let y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
     let y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(88.722_83)), y, splat(f32::INFINITY));

@@ -97,17 +97,17 @@ fn splat(v: f32) -> __m256 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 pub fn exp8(x: __m256) -> __m256 {
-    // max/min return their second operand when either is NaN: NaN passes through the clamps.
-    let xc = _mm256_min_ps(splat(88.376_26), _mm256_max_ps(splat(-87.336_55), x));
-    let round = splat(12_582_912.0);
-    let n = _mm256_sub_ps(_mm256_fmadd_ps(xc, splat(std::f32::consts::LOG2_E), round), round);
-    let r = _mm256_fnmadd_ps(n, splat(0.693_359_4), xc);
-    let r = _mm256_fmadd_ps(n, splat(2.121_944_4e-4), r);
-    let mut p = splat(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = _mm256_fmadd_ps(p, r, splat(c));
-    }
-    let y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), splat(1.0));
+    let (n, y) = exp_poly!(
+        x,
+        splat,
+        _mm256_min_ps,
+        _mm256_max_ps,
+        _mm256_add_ps,
+        _mm256_sub_ps,
+        _mm256_mul_ps,
+        _mm256_fmadd_ps,
+        _mm256_fnmadd_ps
+    );
     let bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     let y = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
     let y = _mm256_blendv_ps(y, splat(f32::INFINITY), _mm256_cmp_ps(x, splat(88.722_83), _CMP_GT_OQ));
