@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# rlx-cpu on aarch64 (the NEON GEMM micro-kernels, the NEON and dotprod quantized row dot products
-# and the portable paths), cross-built and run under qemu user mode: clippy, then the crate's
+# rlx-cpu on aarch64 (the NEON GEMM micro-kernels, the NEON and dotprod quantized row dot products,
+# the NEON dense attention path and the portable paths), cross-built and run under qemu user mode: clippy, then the crate's
 # unit, kernel and conformance tests.
 # RLX_SKIP_AARCH64=1 skips it explicitly on a machine that cannot install the tools.
 set -euo pipefail

@@ -7,12 +7,14 @@
 //!
 //! Work items are (batch, head, query block); the pool hands them out dynamically, and each
 //! running item borrows one of `num_threads()` preallocated scratch slots. With f32 compute,
-//! AVX2 + FMA and several query rows (encoders, prefill), items take the chunked whole-row path
-//! of `dense.rs` instead of the online softmax over 64-key blocks.
+//! AVX2 + FMA (x86_64) or NEON (aarch64) and several query rows (encoders, prefill), items take
+//! the chunked whole-row path of `dense.rs` instead of the online softmax over 64-key blocks.
 
 mod dense;
 #[cfg(target_arch = "x86_64")]
 mod dense512;
+#[cfg(target_arch = "aarch64")]
+mod dense_neon;
 
 use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8};
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};

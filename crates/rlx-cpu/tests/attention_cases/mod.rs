@@ -2,7 +2,8 @@
 //! interpreter: BERT-shaped key-padding masks, odd lengths, head dims that are not multiples of
 //! the register tiles, grouped-query heads, per-query masks, NaN keys hidden by a bool mask, and
 //! rows of several key chunks. Shared by the test binaries that run them with AVX-512
-//! (`attention_dense.rs`, where the CPU has it) and with AVX2 only (`attention_dense_avx2.rs`).
+//! (`attention_dense.rs`, where the CPU has it; NEON on aarch64) and with AVX2 only
+//! (`attention_dense_avx2.rs`).
 
 use rlx_cpu::CpuBackend;
 use rlx_ir::ops::util::rand_f64;

@@ -1,24 +1,26 @@
-//! Attention over key rows in chunks of up to `MAX_T` keys, in f32 with AVX2 + FMA (AVX-512
-//! tiles when the CPU has them), for work items of several query rows (encoders and prefill). A
-//! query block's scores for a chunk come from one register-tiled GEMM pass, each row then gets one
-//! softmax pass (its max is known before its exps), and `P @ V` is a second GEMM pass; chunks
-//! are joined by one rescale per row, so a row of at most `MAX_T` keys is never rescaled.
+//! Attention over key rows in chunks of up to `MAX_T` keys, in f32 with AVX2 + FMA on x86_64
+//! (AVX-512 tiles when the CPU has them) or NEON on aarch64 (`dense_neon.rs`), for work items
+//! of several query rows (encoders and prefill). A query block's scores for a chunk come from
+//! one register-tiled GEMM pass, each row then gets one softmax pass (its max is known before
+//! its exps), and `P @ V` is a second GEMM pass; chunks are joined by one rescale per row, so a
+//! row of at most `MAX_T` keys is never rescaled. The item body (`item_body`) is shared: it is
+//! generic over the ISA's two products and row softmax (`Isa`).
 
-use super::{Geo, Scratch, Work};
-#[cfg(target_arch = "x86_64")]
-use super::{Mask, Spans, item_keys, scaled_queries};
-use crate::kernels::math::Compute;
-#[cfg(target_arch = "x86_64")]
-use crate::kernels::math::{Real, SharedMut};
+// Other architectures never run this path (`applies`), so the shared body is unused there.
+#![cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+
+use super::{Geo, Mask, Scratch, Work, item_keys, scaled_queries};
+use crate::kernels::math::{Compute, Real};
 
 /// Keys per chunk: a query block's scores (`BQ x MAX_T`) stay in L2; longer rows take several
 /// chunks joined by rescaling.
 pub(super) const MAX_T: usize = 2048;
 
-/// Whether work items of `g` run here: f32 compute, AVX2 + FMA, K transposed (several query
-/// rows), non-empty head dims.
+/// Whether work items of `g` run here: f32 compute, K transposed (several query rows), non-empty
+/// head dims, and the ISA: AVX2 + FMA on x86_64 (`simd`), NEON (always present) on aarch64.
 pub(super) fn applies(g: &Geo, f32_compute: bool, simd: bool) -> bool {
-    cfg!(target_arch = "x86_64") && f32_compute && simd && g.transposed && g.d > 0 && g.dv > 0
+    let isa = if cfg!(target_arch = "x86_64") { simd } else { cfg!(target_arch = "aarch64") };
+    isa && f32_compute && g.transposed && g.d > 0 && g.dv > 0
 }
 
 /// Width of a score row in the scratch: `t` rounded up to 16.
@@ -27,7 +29,6 @@ pub(super) fn row_width(t: usize) -> usize {
 }
 
 /// `x` as f32 slices; `C` must be f32 (the only 4-byte `Real`).
-#[cfg(target_arch = "x86_64")]
 fn f32s<C: Real>(x: &[C]) -> &[f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: C is f32 (checked above), so the layout is identical.
@@ -35,22 +36,122 @@ fn f32s<C: Real>(x: &[C]) -> &[f32] {
 }
 
 /// f32 values seen as the compute type `C` (which `applies` made f32).
-#[cfg(target_arch = "x86_64")]
 fn c_of<C: Real>(x: &[f32]) -> &[C] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: C is f32 (the only 4-byte `Real`), so the layout is identical.
     unsafe { std::slice::from_raw_parts(x.as_ptr() as *const C, x.len()) }
 }
 
-#[cfg(target_arch = "x86_64")]
+/// `x` as mutable f32 slices; `C` must be f32.
 fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: as above.
     unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut f32, x.len()) }
 }
 
-/// The dense scratch: the parent's buffers seen as f32.
+/// The ISA pieces of the item body: the two products and the row softmax.
+trait Isa: Copy {
+    /// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`; `m` a multiple of 4).
+    ///
+    /// # Safety
+    /// The CPU has the ISA's features; `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`,
+    /// `c` holds `m x n` at `ldc`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(
+        self,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        acc: bool,
+    );
+
+    /// Softmax numerators of `p[a..b]` in place, as `softmax_span`; returns (max, sum).
+    ///
+    /// # Safety
+    /// The CPU has the ISA's features; `a <= b <= p.len()`; `hide` holds `b - a` bytes.
+    unsafe fn softmax(self, p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32, f32);
+}
+
+/// AVX2 + FMA, with AVX-512 tiles and exps when `wide`.
 #[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct X86 {
+    /// The CPU has AVX-512F (and it is not switched off).
+    wide: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for X86 {
+    #[inline(always)]
+    unsafe fn product(
+        self,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        acc: bool,
+    ) {
+        // SAFETY: the caller's contract; `wide` only where the CPU has AVX-512F.
+        unsafe {
+            if self.wide {
+                super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
+            } else {
+                gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn softmax(self, p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32, f32) {
+        // SAFETY: the caller's contract; `wide` only where the CPU has AVX-512F.
+        unsafe { if self.wide { super::dense512::softmax_span(p, a, b, hide) } else { softmax_span(p, a, b, hide) } }
+    }
+}
+
+/// NEON (every aarch64 CPU has it).
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy)]
+struct Neon;
+
+#[cfg(target_arch = "aarch64")]
+impl Isa for Neon {
+    #[inline(always)]
+    unsafe fn product(
+        self,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        acc: bool,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { super::dense_neon::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn softmax(self, p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32, f32) {
+        // SAFETY: every aarch64 CPU has NEON.
+        unsafe { super::dense_neon::softmax_span(p, a, b, hide) }
+    }
+}
+
+/// The dense scratch: the parent's buffers seen as f32.
 struct Buf<'a> {
     q: &'a mut [f32],
     p: &'a mut [f32],
@@ -61,44 +162,50 @@ struct Buf<'a> {
 
 /// One work item over its whole visible key span; the compute type must be f32 (`applies`).
 pub(super) fn item<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k: kt, v, mask, spans, out } = *w;
+    // SAFETY: `applies` was true, so the CPU has AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
-    {
-        let sc = Buf {
-            q: f32s_mut(&mut sc.q),
-            p: f32s_mut(&mut sc.p),
-            o: f32s_mut(&mut sc.o),
-            m: f32s_mut(&mut sc.m),
-            l: f32s_mut(&mut sc.l),
-        };
-        let scale = scale.to_f64() as f32;
-        // SAFETY: `applies` was true, so the CPU has AVX2 and FMA.
-        unsafe { item_avx2::<T>(g, scale, f32s(q), f32s(kt), f32s(v), mask, spans, out, item, sc) }
+    unsafe {
+        item_avx2::<T>(w, item, sc)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: every aarch64 CPU has NEON.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        item_body::<T, _>(Neon, w, item, sc)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        let _ = (g, scale, q, kt, v, mask, spans, out, item, sc);
-        unreachable!("the dense attention path runs only on x86_64");
+        let _ = (w, item, sc);
+        unreachable!("the dense attention path runs only on x86_64 and aarch64");
     }
 }
 
+/// `item_body` compiled with AVX2 + FMA, with AVX-512 tiles when the CPU has them.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-fn item_avx2<T: Compute>(
-    g: &Geo,
-    scale: f32,
-    q: &[f32],
-    kt: &[f32],
-    v: &[f32],
-    mask: Mask<'_, T>,
-    spans: &Spans,
-    out: SharedMut<T>,
-    item: usize,
-    sc: Buf<'_>,
-) {
+fn item_avx2<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
+    let isa = X86 { wide: crate::kernels::vec32::simd16::avx512() };
+    // SAFETY: this function runs with AVX2 and FMA; `wide` says the CPU has AVX-512F.
+    unsafe { item_body::<T, _>(isa, w, item, sc) }
+}
+
+/// One work item: scores, softmax and `P @ V` per key chunk with `isa`'s kernels, the chunks
+/// joined per row, then the rows normalized and stored. Inlined into the function that enables
+/// the ISA's features.
+///
+/// # Safety
+/// The CPU has `isa`'s features.
+#[inline(always)]
+unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
+    let Work { g, scale, q, k, v, mask, spans, out } = *w;
+    let (q, kt, v, scale) = (f32s(q), f32s(k), f32s(v), scale.to_f64() as f32);
+    let sc = Buf {
+        q: f32s_mut(&mut sc.q),
+        p: f32s_mut(&mut sc.p),
+        o: f32s_mut(&mut sc.o),
+        m: f32s_mut(&mut sc.m),
+        l: f32s_mut(&mut sc.l),
+    };
     let (d, dv, t) = (g.d, g.dv, g.t);
-    let wide = crate::kernels::vec32::simd16::avx512();
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
@@ -121,8 +228,9 @@ fn item_avx2<T: Compute>(
         let (n, n16) = (c1 - c0, (c1 - c0).div_ceil(16) * 16);
         let ktb = &kt[kv * d * tp + c0..(kv + 1) * d * tp];
         assert!(ktb.len() >= (d - 1) * tp + n16);
-        // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16.
-        unsafe { product(wide, sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
+        // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16; the caller
+        // vouched for the ISA.
+        unsafe { isa.product(sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
         for r in 0..rows {
             let (hi, i) = it.row(r);
             // Built-in masks hide the keys outside [vlo, vhi) of this row.
@@ -147,12 +255,8 @@ fn item_avx2<T: Compute>(
                 }
                 Mask::None => {}
             }
-            // SAFETY: `wide` says the CPU has AVX-512F; a <= b <= n16 and the mask row holds b - a.
-            let (mx, sum) = if wide {
-                unsafe { super::dense512::softmax_span(p, a, b, hide) }
-            } else {
-                softmax_span(p, a, b, hide)
-            };
+            // SAFETY: the caller vouched for the ISA; a <= b <= n16 and the mask row holds b - a.
+            let (mx, sum) = unsafe { isa.softmax(p, a, b, hide) };
             join_chunk(mx, sum, p, &mut sc.m[r], &mut sc.l[r], &mut sc.o[r * dv..(r + 1) * dv]);
         }
         for r in rows..rows4 {
@@ -160,8 +264,8 @@ fn item_avx2<T: Compute>(
         }
         let vb = &v[(kv * t + c0) * dv..(kv * t + c1) * dv];
         assert!(vb.len() >= n * dv);
-        // SAFETY: bounds checked above.
-        unsafe { product(wide, sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, true) };
+        // SAFETY: bounds checked above; the caller vouched for the ISA.
+        unsafe { isa.product(sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, true) };
         c0 = c1;
     }
     for r in 0..rows {
@@ -180,7 +284,6 @@ fn item_avx2<T: Compute>(
 /// Joins a chunk's softmax numerators `p` (max `mx`, sum `sum`) into a row's running max `m`,
 /// sum `l` and output `o` (which the chunk's `p @ V` is then added to): the older part is scaled
 /// by `exp(m - new max)`, `p` by `exp(mx - new max)`. A NaN max makes the row NaN.
-#[cfg(target_arch = "x86_64")]
 fn join_chunk(mx: f32, sum: f32, p: &mut [f32], m: &mut f32, l: &mut f32, o: &mut [f32]) {
     let mnew = if mx.is_nan() || m.is_nan() { f32::NAN } else { m.max(mx) };
     if mnew == f32::NEG_INFINITY {
@@ -259,36 +362,6 @@ fn softmax_span(p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32,
         sum += *x;
     }
     (mx, sum)
-}
-
-/// `c (+)= a @ b` as `gemm`, in AVX-512 tiles when `wide`.
-///
-/// # Safety
-/// As `gemm`; `wide` only when the CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn product(
-    wide: bool,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    acc: bool,
-) {
-    // SAFETY: forwarded.
-    unsafe {
-        if wide {
-            super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
-        } else {
-            gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
-        }
-    }
 }
 
 /// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`) in 4 x 16 register tiles;
