@@ -49,27 +49,53 @@ fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
     unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut f32, x.len()) }
 }
 
+/// One product of the dense path, `c[m, n] (+)= a[m, k] @ b[k, n]` (added to `c` when `acc`):
+/// row-major views with row strides `lda`, `ldb`, `ldc` (elements); `m` a multiple of 4.
+#[derive(Clone, Copy)]
+pub(super) struct Product {
+    /// A's first element and row stride.
+    pub a: *const f32,
+    pub lda: usize,
+    /// B's first element and row stride.
+    pub b: *const f32,
+    pub ldb: usize,
+    /// C's first element and row stride.
+    pub c: *mut f32,
+    pub ldc: usize,
+    /// Rows of A and C, columns of B and C, and the inner dimension.
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Add to C instead of overwriting it.
+    pub acc: bool,
+}
+
+impl Product {
+    /// The product of `a` (pointer, row stride) and `b` into `c`, over `(m, n, k)`.
+    pub(super) fn new(
+        (a, lda): (*const f32, usize),
+        (b, ldb): (*const f32, usize),
+        (c, ldc): (*mut f32, usize),
+        (m, n, k): (usize, usize, usize),
+        acc: bool,
+    ) -> Self {
+        Product { a, lda, b, ldb, c, ldc, m, n, k, acc }
+    }
+
+    /// The same product over columns `j..n` only (B and C shifted by `j`; the AVX-512 tails).
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn columns_from(self, j: usize) -> Self {
+        Product { b: self.b.wrapping_add(j), c: self.c.wrapping_add(j), n: self.n - j, ..self }
+    }
+}
+
 /// The ISA pieces of the item body: the two products and the row softmax.
 trait Isa: Copy {
-    /// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`; `m` a multiple of 4).
+    /// The product `p` (`Product`).
     ///
     /// # Safety
-    /// The CPU has the ISA's features; `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`,
-    /// `c` holds `m x n` at `ldc`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn product(
-        self,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        acc: bool,
-    );
+    /// The CPU has the ISA's features; `p`'s pointers cover its matrices.
+    unsafe fn product(self, p: Product);
 
     /// Softmax numerators of `p[a..b]` in place, as `softmax_span`; returns (max, sum).
     ///
@@ -89,27 +115,9 @@ struct X86 {
 #[cfg(target_arch = "x86_64")]
 impl Isa for X86 {
     #[inline(always)]
-    unsafe fn product(
-        self,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        acc: bool,
-    ) {
+    unsafe fn product(self, p: Product) {
         // SAFETY: the caller's contract; `wide` only where the CPU has AVX-512F.
-        unsafe {
-            if self.wide {
-                super::dense512::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
-            } else {
-                gemm(a, lda, b, ldb, c, ldc, m, n, k, acc)
-            }
-        }
+        unsafe { if self.wide { super::dense512::gemm(p) } else { gemm(p) } }
     }
 
     #[inline(always)]
@@ -127,21 +135,9 @@ struct Neon;
 #[cfg(target_arch = "aarch64")]
 impl Isa for Neon {
     #[inline(always)]
-    unsafe fn product(
-        self,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        ldb: usize,
-        c: *mut f32,
-        ldc: usize,
-        m: usize,
-        n: usize,
-        k: usize,
-        acc: bool,
-    ) {
+    unsafe fn product(self, p: Product) {
         // SAFETY: the caller's contract.
-        unsafe { super::dense_neon::gemm(a, lda, b, ldb, c, ldc, m, n, k, acc) }
+        unsafe { super::dense_neon::gemm(p) }
     }
 
     #[inline(always)]
@@ -230,7 +226,15 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
         assert!(ktb.len() >= (d - 1) * tp + n16);
         // SAFETY: bounds checked above; rows4 is a multiple of 4 and n16 of 16; the caller
         // vouched for the ISA.
-        unsafe { isa.product(sc.q.as_ptr(), d, ktb.as_ptr(), tp, sc.p.as_mut_ptr(), pw, rows4, n16, d, false) };
+        unsafe {
+            isa.product(Product::new(
+                (sc.q.as_ptr(), d),
+                (ktb.as_ptr(), tp),
+                (sc.p.as_mut_ptr(), pw),
+                (rows4, n16, d),
+                false,
+            ))
+        };
         for r in 0..rows {
             let (hi, i) = it.row(r);
             // Built-in masks hide the keys outside [vlo, vhi) of this row.
@@ -265,7 +269,15 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
         let vb = &v[(kv * t + c0) * dv..(kv * t + c1) * dv];
         assert!(vb.len() >= n * dv);
         // SAFETY: bounds checked above; the caller vouched for the ISA.
-        unsafe { isa.product(sc.p.as_ptr(), pw, vb.as_ptr(), dv, sc.o.as_mut_ptr(), dv, rows4, dv, n, true) };
+        unsafe {
+            isa.product(Product::new(
+                (sc.p.as_ptr(), pw),
+                (vb.as_ptr(), dv),
+                (sc.o.as_mut_ptr(), dv),
+                (rows4, dv, n),
+                true,
+            ))
+        };
         c0 = c1;
     }
     for r in 0..rows {
@@ -364,28 +376,16 @@ fn softmax_span(p: &mut [f32], a: usize, b: usize, hide: Option<&[u8]>) -> (f32,
     (mx, sum)
 }
 
-/// `c[m, n] (+)= a[m, k] @ b[k, n]` (row strides `lda`, `ldb`, `ldc`) in 4 x 16 register tiles;
-/// `m` must be a multiple of 4. Columns past the last full 16 take 8-wide, then scalar steps.
+/// The product `p` in AVX2 4 x 16 register tiles; columns past the last full 16 take 8-wide,
+/// then scalar steps.
 ///
 /// # Safety
-/// The CPU has AVX2 and FMA; `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`, `c` holds
-/// `m x n` at `ldc`.
+/// The CPU has AVX2 and FMA; `p`'s pointers cover its matrices.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn gemm(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    acc: bool,
-) {
+pub(super) unsafe fn gemm(p: Product) {
     use std::arch::x86_64::*;
+    let Product { a, lda, b, ldb, c, ldc, m, n, k, acc } = p;
     let n16 = n / 16 * 16;
     let n8 = n / 8 * 8;
     // SAFETY (whole body): every access is inside the ranges the caller vouched for.

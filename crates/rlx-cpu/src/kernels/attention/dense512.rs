@@ -5,6 +5,7 @@
 // Intrinsics code: every statement is unsafe; the functions document the contract.
 #![allow(unsafe_op_in_unsafe_fn)]
 
+use super::dense::Product;
 use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
 
@@ -72,26 +73,14 @@ unsafe fn row_block<const R: usize>(
     }
 }
 
-/// `c[m, n] (+)= a[m, k] @ b[k, n]` as `dense::gemm` (`m` a multiple of 4): 8-row blocks, a
-/// 4-row one at the end; columns past the last multiple of 16 go to the AVX2 routine.
+/// The product `p` as `dense::gemm`: 8-row blocks, a 4-row one at the end; columns past the last
+/// multiple of 16 go to the AVX2 routine.
 ///
 /// # Safety
-/// The CPU has AVX-512F, AVX2 and FMA; `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`,
-/// `c` holds `m x n` at `ldc`.
-#[allow(clippy::too_many_arguments)]
+/// The CPU has AVX-512F, AVX2 and FMA; `p`'s pointers cover its matrices.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn gemm(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    acc: bool,
-) {
+pub(super) unsafe fn gemm(p: Product) {
+    let Product { a, lda, b, ldb, c, ldc, m, n, k, acc } = p;
     let n16 = n / 16 * 16;
     let mut i = 0;
     while i < m {
@@ -105,7 +94,7 @@ pub(super) unsafe fn gemm(
         }
     }
     if n16 < n {
-        super::dense::gemm(a, lda, b.add(n16), ldb, c.add(n16), ldc, m, n - n16, k, acc);
+        super::dense::gemm(p.columns_from(n16));
     }
 }
 

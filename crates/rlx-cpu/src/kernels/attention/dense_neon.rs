@@ -6,6 +6,7 @@
 // Intrinsics code: every statement is unsafe; the functions document the contract.
 #![allow(unsafe_op_in_unsafe_fn)]
 
+use super::dense::Product;
 use crate::kernels::math::exp_f32;
 use std::arch::aarch64::*;
 
@@ -99,26 +100,14 @@ unsafe fn tile<const V: usize>(
     }
 }
 
-/// `c[m, n] (+)= a[m, k] @ b[k, n]` as `dense::gemm` (row strides `lda`, `ldb`, `ldc`; `m` a
-/// multiple of 4) in 4 x 16 tiles; columns past the last multiple of 16 take 4-wide, then
-/// scalar steps.
+/// The product `p` as `dense::gemm`, in 4 x 16 tiles; columns past the last multiple of 16 take
+/// 4-wide, then scalar steps.
 ///
 /// # Safety
-/// `a` holds `m x k` at `lda`, `b` holds `k x n` at `ldb`, `c` holds `m x n` at `ldc`.
-#[allow(clippy::too_many_arguments)]
+/// `p`'s pointers cover its matrices.
 #[target_feature(enable = "neon")]
-pub(super) unsafe fn gemm(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    acc: bool,
-) {
+pub(super) unsafe fn gemm(p: Product) {
+    let Product { a, lda, b, ldb, c, ldc, m, n, k, acc } = p;
     let (n16, n4) = (n / 16 * 16, n / 4 * 4);
     for i in (0..m).step_by(4) {
         let ar: [*const f32; 4] = std::array::from_fn(|r| a.add((i + r) * lda));
@@ -262,7 +251,7 @@ mod tests {
         let c0: Vec<f32> = (0..m * ldc).map(|i| val(i, 0.05)).collect();
         let mut c = c0.clone();
         // SAFETY: the buffers hold m x k, k x n and m x n at their strides.
-        unsafe { gemm(a.as_ptr(), lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc, m, n, k, acc) };
+        unsafe { gemm(Product::new((a.as_ptr(), lda), (b.as_ptr(), ldb), (c.as_mut_ptr(), ldc), (m, n, k), acc)) };
         for i in 0..m {
             for j in 0..ldc {
                 let want = if j < n {
