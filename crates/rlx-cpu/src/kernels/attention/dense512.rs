@@ -9,19 +9,10 @@ use super::dense::Product;
 use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
 
-/// One `R` x `16 V` tile: `c (+)= a[R, k] @ b[k, 16 V]` (row strides `lda`, `ldb`, `ldc`).
+/// One `R` x `16 V` tile of `p` at its first row and column: `c (+)= a[R, k] @ b[k, 16 V]`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const R: usize, const V: usize>(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    k: usize,
-    acc: bool,
-) {
+unsafe fn tile<const R: usize, const V: usize>(p: Product) {
+    let Product { a, lda, b, ldb, c, ldc, k, acc, .. } = p;
     let mut t = [[_mm512_setzero_ps(); V]; R];
     if acc {
         for (r, row) in t.iter_mut().enumerate() {
@@ -49,27 +40,16 @@ unsafe fn tile<const R: usize, const V: usize>(
     }
 }
 
-/// The tiles of rows `0..R` over columns `0..n16` (a multiple of 16): 32 wide, then one 16.
+/// The tiles of rows `0..R` of `p` over columns `0..n16` (a multiple of 16): 32 wide, then one 16.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn row_block<const R: usize>(
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    n16: usize,
-    k: usize,
-    acc: bool,
-) {
+unsafe fn row_block<const R: usize>(p: Product, n16: usize) {
     let mut j = 0;
     while j + 32 <= n16 {
-        tile::<R, 2>(a, lda, b.add(j), ldb, c.add(j), ldc, k, acc);
+        tile::<R, 2>(p.columns_from(j));
         j += 32;
     }
     if j < n16 {
-        tile::<R, 1>(a, lda, b.add(j), ldb, c.add(j), ldc, k, acc);
+        tile::<R, 1>(p.columns_from(j));
     }
 }
 
@@ -80,20 +60,20 @@ unsafe fn row_block<const R: usize>(
 /// The CPU has AVX-512F, AVX2 and FMA; `p`'s pointers cover its matrices.
 #[target_feature(enable = "avx512f,avx2,fma")]
 pub(super) unsafe fn gemm(p: Product) {
-    let Product { a, lda, b, ldb, c, ldc, m, n, k, acc } = p;
-    let n16 = n / 16 * 16;
+    let n16 = p.n / 16 * 16;
     let mut i = 0;
-    while i < m {
-        let (ai, ci) = (a.add(i * lda), c.add(i * ldc));
-        if m - i >= 8 {
-            row_block::<8>(ai, lda, b, ldb, ci, ldc, n16, k, acc);
+    while i < p.m {
+        // Rows from i: A and C shifted down.
+        let rows = Product { a: p.a.add(i * p.lda), c: p.c.add(i * p.ldc), ..p };
+        if p.m - i >= 8 {
+            row_block::<8>(rows, n16);
             i += 8;
         } else {
-            row_block::<4>(ai, lda, b, ldb, ci, ldc, n16, k, acc);
+            row_block::<4>(rows, n16);
             i += 4;
         }
     }
-    if n16 < n {
+    if n16 < p.n {
         super::dense::gemm(p.columns_from(n16));
     }
 }
