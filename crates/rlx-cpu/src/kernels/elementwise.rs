@@ -1,7 +1,8 @@
 //! Elementwise kernels: unary and binary families, comparisons, where and cast. They evaluate
 //! the same scalar expressions as the reference (`UnaryKind::eval`, `BinaryKind::eval`).
 
-use super::fused::{Buf, Src, src};
+use super::epilogue::Layout;
+use super::fused::{Buf, src};
 use super::{ALL, Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
@@ -64,27 +65,8 @@ enum Pairing {
     ScalarA,
     ScalarB,
     /// Suffix (bias-like) or prefix (per-row) broadcasts, read as runs: no index maps.
-    Runs(Src, Src),
+    Runs(Layout, Layout),
     Maps(Vec<u32>, Vec<u32>),
-}
-
-/// Splits output elements `s0 .. s0 + len` into runs over which an input laid out as `src` (not
-/// `Src::Map`) is contiguous from element `i` (`step` true) or the one element `i`:
-/// `f(offset in the span, run length, i, step)`.
-fn src_runs(src: &Src, s0: usize, len: usize, mut f: impl FnMut(usize, usize, usize, bool)) {
-    let mut done = 0;
-    while done < len {
-        let at = s0 + done;
-        let (take, i, step) = match *src {
-            Src::Same => (len - done, at, true),
-            Src::Splat => (len - done, 0, false),
-            Src::Cycle(c) => ((c - at % c).min(len - done), at % c, true),
-            Src::Repeat(c) => ((c - at % c).min(len - done), at / c, false),
-            Src::Map(_) => unreachable!("index maps take the Maps pairing"),
-        };
-        f(done, take, i, step);
-        done += take;
-    }
 }
 
 fn pairing(ctx: &KernelCtx<'_>) -> Pairing {
@@ -101,12 +83,12 @@ fn pairing_of(a: &[usize], b: &[usize], o: &[usize]) -> Pairing {
     } else if nb == 1 && a == o {
         Pairing::ScalarB
     } else {
-        match (src(o, a), src(o, b)) {
-            (Src::Map(_), _) | (_, Src::Map(_)) => {
+        match (Layout::of(&src(o, a)), Layout::of(&src(o, b))) {
+            (Some(la), Some(lb)) => Pairing::Runs(la, lb),
+            _ => {
                 let m = |d: &[usize]| broadcast_index_map(o, d).into_iter().map(|i| i as u32).collect();
                 Pairing::Maps(m(a), m(b))
             }
-            (sa, sb) => Pairing::Runs(sa, sb),
         }
     }
 }
@@ -121,8 +103,8 @@ fn zip_broadcast<A: Copy, O>(p: &Pairing, a: &[A], b: &[A], out: &mut [O], f: im
         Pairing::Maps(ia, ib) => {
             out.iter_mut().zip(ia.iter().zip(ib)).for_each(|(o, (&i, &j))| *o = f(a[i as usize], b[j as usize]))
         }
-        Pairing::Runs(sa, sb) => src_runs(sa, 0, out.len(), |off, len, i, step_a| {
-            src_runs(sb, off, len, |off2, len2, j, step_b| {
+        Pairing::Runs(la, lb) => la.runs(0, out.len(), |off, len, i, step_a| {
+            lb.runs(off, len, |off2, len2, j, step_b| {
                 let o = &mut out[off + off2..off + off2 + len2];
                 let i = if step_a { i + off2 } else { i };
                 match (step_a, step_b) {

@@ -15,13 +15,43 @@ enum Operand<T> {
     Input { index: usize, layout: Layout },
 }
 
-/// How an input lines up with the output (the `Src` kinds a chain supports).
+/// How an input lines up with the output: the `Src` kinds that are runs (no index map).
 #[derive(Clone, Copy)]
-enum Layout {
+pub(super) enum Layout {
     Same,
     Splat,
     Cycle(usize),
     Repeat(usize),
+}
+
+impl Layout {
+    /// The run layout of `src`, or None for an index map.
+    pub(super) fn of(src: &Src) -> Option<Layout> {
+        Some(match *src {
+            Src::Same => Layout::Same,
+            Src::Splat => Layout::Splat,
+            Src::Cycle(c) => Layout::Cycle(c),
+            Src::Repeat(c) => Layout::Repeat(c),
+            Src::Map(_) => return None,
+        })
+    }
+
+    /// Splits output elements `s0 .. s0 + len` into runs over which the input is contiguous from
+    /// element `i` (`step` true) or the one element `i`: `f(offset in the span, length, i, step)`.
+    pub(super) fn runs(self, s0: usize, len: usize, mut f: impl FnMut(usize, usize, usize, bool)) {
+        let mut done = 0;
+        while done < len {
+            let at = s0 + done;
+            let (take, i, step) = match self {
+                Layout::Same => (len - done, at, true),
+                Layout::Splat => (len - done, 0, false),
+                Layout::Cycle(c) => ((c - at % c).min(len - done), at % c, true),
+                Layout::Repeat(c) => ((c - at % c).min(len - done), at / c, false),
+            };
+            f(done, take, i, step);
+            done += take;
+        }
+    }
 }
 
 enum Step<T> {
@@ -80,13 +110,7 @@ impl<T: FloatElem> RowPlan<T> {
                     match (buf, acc) {
                         (Buf::Out, None) if matches!(src, Src::Same) => acc = Some(k),
                         (Buf::In(index), Some(_)) => {
-                            let layout = match *src {
-                                Src::Same => Layout::Same,
-                                Src::Splat => Layout::Splat,
-                                Src::Cycle(c) => Layout::Cycle(c),
-                                Src::Repeat(c) => Layout::Repeat(c),
-                                Src::Map(_) => return None,
-                            };
+                            let layout = Layout::of(src)?;
                             pending.push((k, Operand::Input { index: *index, layout }));
                         }
                         _ => return None,
@@ -201,27 +225,7 @@ fn for_runs<'a, T: Copy>(
     len: usize,
     mut f: impl FnMut(usize, usize, Rhs<'a, T>),
 ) {
-    match layout {
-        Layout::Same => f(0, len, Rhs::Slice(&x[s0..s0 + len])),
-        Layout::Splat => f(0, len, Rhs::Scalar(x[0])),
-        Layout::Cycle(c) => {
-            let (mut done, mut p) = (0, s0 % c);
-            while done < len {
-                let take = (c - p).min(len - done);
-                f(done, take, Rhs::Slice(&x[p..p + take]));
-                (done, p) = (done + take, 0);
-            }
-        }
-        Layout::Repeat(c) => {
-            let mut done = 0;
-            while done < len {
-                let at = s0 + done;
-                let take = (c - at % c).min(len - done);
-                f(done, take, Rhs::Scalar(x[at / c]));
-                done += take;
-            }
-        }
-    }
+    layout.runs(s0, len, |at, n, i, step| f(at, n, if step { Rhs::Slice(&x[i..i + n]) } else { Rhs::Scalar(x[i]) }));
 }
 
 /// `acc = u(acc)`: f32 through the vectorized loops, other types through `UnaryKind::eval`.
