@@ -6,7 +6,7 @@ use crate::errors::IntoPy;
 use crate::graph::{Id, PyGraph, PyNode, ids};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use rlx_ir::ops::{BinaryKind, CompareKind, CustomFn, ReduceKind, UnaryKind};
+use rlx_ir::ops::{Attention, AttentionLayout, BinaryKind, CompareKind, CustomFn, ReduceKind, UnaryKind};
 use rlx_ir::{Graph, MaskKind, NodeId, QuantScheme};
 
 macro_rules! unary_methods {
@@ -89,6 +89,16 @@ fn mask_arg(mask: &Bound<'_, PyAny>) -> PyResult<MaskKind> {
         other => Err(PyValueError::new_err(format!(
             "attention mask `{other}`: use \"none\", \"causal\", an int window (sliding window) or \
              attention_with_mask for a custom mask"
+        ))),
+    }
+}
+
+fn layout_arg(layout: &str) -> PyResult<AttentionLayout> {
+    match layout {
+        "bhsd" => Ok(AttentionLayout::Bhsd),
+        "bshd" => Ok(AttentionLayout::Bshd),
+        other => Err(PyValueError::new_err(format!(
+            "attention layout `{other}`: use \"bhsd\" ([batch, heads, seq, dim]) or \"bshd\" ([batch, seq, heads, dim])"
         ))),
     }
 }
@@ -282,9 +292,9 @@ impl PyGraph {
         self.build(|g| g.rms_norm(x.0, gamma.0, eps)).map(Into::into)
     }
 
-    /// Scaled dot-product attention over `[batch, heads, seq, dim]`; `mask` is "none",
-    /// "causal" or an int (sliding window).
-    #[pyo3(signature = (q, k, v, mask = None, scale = None))]
+    /// Scaled dot-product attention over `[batch, heads, seq, dim]` (`layout="bhsd"`) or
+    /// `[batch, seq, heads, dim]` (`"bshd"`); `mask` is "none", "causal" or an int (sliding window).
+    #[pyo3(signature = (q, k, v, mask = None, scale = None, layout = "bhsd"))]
     fn attention(
         &mut self,
         q: Id,
@@ -292,24 +302,38 @@ impl PyGraph {
         v: Id,
         mask: Option<&Bound<'_, PyAny>>,
         scale: Option<f32>,
+        layout: &str,
     ) -> PyResult<PyNode> {
         let m = match mask {
             Some(m) => mask_arg(m)?,
             None => MaskKind::None,
         };
+        let l = layout_arg(layout)?;
         self.build(|g| {
             let d = g.shape(q.0).and_then(|s| s.dims.last()?.fixed()).unwrap_or(1);
-            g.attention(q.0, k.0, v.0, m, scale.unwrap_or(1.0 / (d as f32).sqrt()))
+            let op = Attention::new(m, scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64).with_layout(l);
+            g.add_node(op, &[q.0, k.0, v.0])
         })
         .map(Into::into)
     }
 
-    /// Attention with a custom mask tensor (bool: may attend; float: added to the scores).
-    #[pyo3(signature = (q, k, v, mask, scale = None))]
-    fn attention_with_mask(&mut self, q: Id, k: Id, v: Id, mask: Id, scale: Option<f32>) -> PyResult<PyNode> {
+    /// Attention with a custom mask tensor (bool: may attend; float: added to the scores),
+    /// broadcastable to `[batch, heads, s, t]` whatever the `layout` of q, k and v.
+    #[pyo3(signature = (q, k, v, mask, scale = None, layout = "bhsd"))]
+    fn attention_with_mask(
+        &mut self,
+        q: Id,
+        k: Id,
+        v: Id,
+        mask: Id,
+        scale: Option<f32>,
+        layout: &str,
+    ) -> PyResult<PyNode> {
+        let l = layout_arg(layout)?;
         self.build(|g| {
             let d = g.shape(q.0).and_then(|s| s.dims.last()?.fixed()).unwrap_or(1);
-            g.attention_with_mask(q.0, k.0, v.0, mask.0, scale.unwrap_or(1.0 / (d as f32).sqrt()))
+            let op = Attention::new(MaskKind::Custom, scale.unwrap_or(1.0 / (d as f32).sqrt()) as f64).with_layout(l);
+            g.add_node(op, &[q.0, k.0, v.0, mask.0])
         })
         .map(Into::into)
     }

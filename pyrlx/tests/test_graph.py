@@ -381,3 +381,25 @@ def test_param_updates_persist_across_runs():
     np.testing.assert_array_equal(c.get_param("w"), 2 * xs)
     with pytest.raises(KeyError, match="unknown param"):
         c.get_param("v")
+
+
+def test_attention_bshd_layout_matches_bhsd():
+    # [batch, seq, heads, dim] values give the heads-first result with seq and heads swapped.
+    q, k, v = f32(2, 5, 4, 8), f32(2, 7, 2, 8), f32(2, 7, 2, 3)
+    m = RNG.uniform(size=(2, 1, 5, 7)) < 0.7
+    m[..., 0] = True
+    g = rlx.Graph()
+    Q, K, V = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    M = g.input("m", m.shape, "bool")
+    outs = [g.attention(Q, K, V, "causal", layout="bshd"), g.attention_with_mask(Q, K, V, M, layout="bshd")]
+    got = run(g, outs, q=q, k=k, v=v, m=m)
+    g2 = rlx.Graph()
+    Q2, K2, V2 = (g2.input(n, x.transpose(0, 2, 1, 3).shape) for n, x in [("q", q), ("k", k), ("v", v)])
+    M2 = g2.input("m", m.shape, "bool")
+    outs2 = [g2.attention(Q2, K2, V2, "causal"), g2.attention_with_mask(Q2, K2, V2, M2)]
+    sw = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    want = run(g2, outs2, q=sw(q), k=sw(k), v=sw(v), m=m)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, sw(b), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="attention layout `hbsd`"):
+        g.attention(Q, K, V, layout="hbsd")

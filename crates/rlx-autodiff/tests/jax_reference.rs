@@ -174,7 +174,7 @@ fn transformer_block(g: &mut Graph, x: NodeId, dt: DType) -> NodeId {
         g.transpose(q, &[0, 2, 1, 3])
     };
     let (q, k, v) = (heads(g, "wq"), heads(g, "wk"), heads(g, "wv"));
-    let o = g.add_node(Attention { mask: MaskKind::Causal, scale: 1.0 / (dh as f64).sqrt() }, &[q, k, v]);
+    let o = g.add_node(Attention::new(MaskKind::Causal, 1.0 / (dh as f64).sqrt()), &[q, k, v]);
     let o = g.transpose(o, &[0, 2, 1, 3]);
     let o = g.reshape(o, &[b, s, d]);
     let wo = w(g, "wo", d, d);

@@ -81,6 +81,16 @@ pub fn run(runs: usize) -> Result<(), String> {
         ];
         time_graph(&format!("attention b{b} h{h}/kv{kvh} s{s} t{t} d{d} {mask:?}"), g, feeds, runs)?;
     }
+    // MiniLM's attention reading [batch, seq, heads, dim] values in place.
+    let (b, h, s, d) = (1, 12, 128, 32);
+    let mut g = Graph::new("attn_bshd");
+    let ins: Vec<_> = ["q", "k", "v"].iter().map(|n| g.input(n, Shape::new(&[b, s, h, d], DType::F32))).collect();
+    let op = rlx_ir::ops::Attention::new(MaskKind::None, 1.0 / (d as f64).sqrt())
+        .with_layout(rlx_ir::ops::AttentionLayout::Bshd);
+    let y = g.add_node(op, &ins);
+    g.set_outputs(vec![y]);
+    let feeds = (1..=3).map(|i| (["q", "k", "v"][i - 1].to_string(), values(b * h * s * d, i as u32))).collect();
+    time_graph(&format!("attention b{b} s{s} h{h} d{d} None, [b, s, h, d] layout"), g, feeds, runs)?;
     for (m, k, n, epi) in
         [(128, 384, 384, 0), (128, 384, 1536, 0), (128, 384, 1536, 1), (128, 384, 1536, 2), (128, 1536, 384, 1)]
     {
@@ -116,6 +126,12 @@ pub fn run(runs: usize) -> Result<(), String> {
         let label = format!("stacked_matmul [{m},{k}] x {groups} x [{k},{n}] (params)");
         time_graph_with(&label, g, &params, vec![("x".into(), values(m * k, 19))], runs)?;
     }
+    // Attention's head transposes at MiniLM's shape ([B, S, H, D] to [B, H, S, D]).
+    let mut g = Graph::new("tr");
+    let x = g.input("x", Shape::new(&[1, 128, 12, 32], DType::F32));
+    let y = g.transpose(x, &[0, 2, 1, 3]);
+    g.set_outputs(vec![y]);
+    time_graph("transpose [1,128,12,32] -> [1,12,128,32]", g, vec![("x".into(), values(128 * 384, 11))], runs)?;
     let mut g = Graph::new("ln");
     let x = g.input("x", Shape::new(&[128, 384], DType::F32));
     let gm = g.input("g", Shape::new(&[384], DType::F32));

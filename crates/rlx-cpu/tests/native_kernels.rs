@@ -33,7 +33,7 @@ fn attn(label: &str, mask: MaskKind, dims: [usize; 7], dt: DType, seed: u64, ext
         rand(&[b, kvh, t, dv], dt, -1.5, 1.5, seed + 2),
     ];
     ins.extend(extra);
-    Sample::new(label, Attention { mask, scale: 1.0 / (d as f64).sqrt() }, ins)
+    Sample::new(label, Attention::new(mask, 1.0 / (d as f64).sqrt()), ins)
 }
 
 #[test]

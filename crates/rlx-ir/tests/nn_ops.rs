@@ -74,7 +74,7 @@ fn pattern(mask: MaskKind, s: usize, t: usize) -> (Vec<f64>, Vec<f64>) {
         eye[j * t + j] = 1.0;
     }
     both(
-        Attention { mask, scale: 1.0 },
+        Attention::new(mask, 1.0),
         vec![f64s(&[1, 1, s, 2], &vec![0.0; 2 * s]), f64s(&[1, 1, t, 2], &vec![0.5; 2 * t]), f64s(&[1, 1, t, t], &eye)],
     )
 }
@@ -121,7 +121,7 @@ fn attention_groups_query_heads_over_kv_heads() {
         o.extend_from_slice(&x[6..]);
         f64s(&[1, 4, 3, 2], &o)
     };
-    let op = Attention { mask: MaskKind::Causal, scale: 0.7 };
+    let op = Attention::new(MaskKind::Causal, 0.7);
     let (gr, gd) = both(op.clone(), vec![q.clone(), k.clone(), v.clone()]);
     let (fr, _) = both(op, vec![q, rep(&k), rep(&v)]);
     assert_close(&gr, &fr);
@@ -137,7 +137,7 @@ fn attention_errors() {
     let e = g.check().unwrap_err().to_string();
     assert!(e.contains("attention_with_mask"), "{e}");
     let f = |d: &[usize]| Shape::new(d, DType::F32);
-    let op = |mask| Attention { mask, scale: 1.0 };
+    let op = |mask| Attention::new(mask, 1.0);
     let e = infer_err(op(MaskKind::None), &[f(&[1, 3, 2, 4]), f(&[1, 2, 2, 4]), f(&[1, 2, 2, 4])]);
     assert!(e.contains("multiple of kv heads"), "{e}");
     let e = infer_err(op(MaskKind::None), &[f(&[1, 2, 2, 4]), f(&[1, 2, 2, 3]), f(&[1, 2, 2, 4])]);
@@ -270,7 +270,7 @@ fn dynamic_dims_and_bad_decompose_inputs() {
         Op::from(Rope { theta: 1e4 }),
         Op::from(MaxPool2d { kernel: [2, 2], stride: [1, 1], padding: [0, 0] }),
         Op::from(RmsNorm { eps: 1e-6 }),
-        Op::from(Attention { mask: MaskKind::None, scale: 1.0 }),
+        Op::from(Attention::new(MaskKind::None, 1.0)),
     ] {
         assert!(op.def().decompose(&mut g, &[bad]).is_none(), "{op:?}");
     }

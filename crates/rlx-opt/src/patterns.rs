@@ -7,13 +7,42 @@
 //! users (a training graph's backward reads them), since they would be computed twice.
 
 use crate::engine::{Rewriter, Rule, RuleSet};
-use rlx_ir::ops::{Attention, BinaryKind, MaskKind};
+use rlx_ir::ops::{Attention, AttentionLayout, BinaryKind, MaskKind, Transpose};
 use rlx_ir::{Data, NodeId, Op};
 
 /// The attention pattern. Runs only before legalization, and only for backends with a native
 /// attention kernel (the pipeline checks), so a decomposed attention is never re-formed.
 pub const ATTENTION: RuleSet =
     RuleSet { name: "attention", may_grow: false, rules: &[Rule { name: "attention", apply: attention }] };
+
+/// Attention whose q, k and v are all `[batch, seq, heads, dim]` values transposed to heads
+/// first (`perm [0, 2, 1, 3]`) reads them in place instead (`AttentionLayout::Bshd`); its output
+/// is transposed back, which cancels against the usual transpose to `[batch, seq, heads, dim]`.
+/// Only for backends whose attention kernel honors the layout (the pipeline checks). It may grow
+/// the graph by that transpose: three input transposes go in exchange.
+pub const ATTENTION_LAYOUT: RuleSet =
+    RuleSet { name: "attention-layout", may_grow: true, rules: &[Rule { name: "attention-bshd", apply: bshd }] };
+
+const SWAP_MIDDLE: [usize; 4] = [0, 2, 1, 3];
+
+fn bshd(rw: &mut Rewriter, op: &Op, ins: &[NodeId], _ty: &rlx_ir::Shape) -> Option<NodeId> {
+    let Op::Attention(att) = op else { return None };
+    if att.layout != AttentionLayout::Bhsd {
+        return None;
+    }
+    let mut inner = vec![];
+    for &x in &ins[..3] {
+        match rw.op(x) {
+            Op::Transpose(t) if t.perm == SWAP_MIDDLE => inner.push(rw.node(x).inputs[0]),
+            _ => return None,
+        }
+    }
+    inner.extend(ins.get(3));
+    let op = att.clone().with_layout(AttentionLayout::Bshd);
+    rw.infer(&op.clone().into(), &inner).ok()?;
+    let y = rw.add(op, &inner).ok()?;
+    rw.add(Transpose { perm: SWAP_MIDDLE.to_vec() }, &[y]).ok()
+}
 
 /// A float scalar constant's value.
 fn scalar_value(rw: &Rewriter, x: NodeId) -> Option<f64> {
@@ -132,7 +161,7 @@ fn attention(rw: &mut Rewriter, op: &Op, ins: &[NodeId], ty: &rlx_ir::Shape) -> 
     }
     let mut inputs = vec![q, k, v];
     inputs.extend(mask_in);
-    let att = Attention { mask, scale };
+    let att = Attention::new(mask, scale);
     rw.infer(&att.clone().into(), &inputs).ok()?;
     rw.add(att, &inputs).ok()
 }

@@ -125,11 +125,17 @@ impl Dumper {
 pub fn supports_attention(backend: &dyn Backend) -> bool {
     let q = rlx_ir::Shape::new(&[1, 2, 4, 8], rlx_ir::DType::F32);
     let node = rlx_ir::Node {
-        op: rlx_ir::ops::Attention { mask: rlx_ir::ops::MaskKind::None, scale: 1.0 }.into(),
+        op: rlx_ir::ops::Attention::new(rlx_ir::ops::MaskKind::None, 1.0).into(),
         inputs: vec![],
         ty: q.clone(),
     };
     backend.supports(&node, &[&q, &q, &q])
+}
+
+/// Backends whose attention kernel reads `AttentionLayout::Bshd` values (the table lookup keys on
+/// op kind and dtypes, so it cannot tell). A backend joins by honoring the layout and its name here.
+pub fn honors_attention_layout(backend: &dyn Backend) -> bool {
+    matches!(backend.name(), "cpu") && supports_attention(backend)
 }
 
 /// Backends whose matmul kernel honors `transpose_a` / `transpose_b` (the table lookup cannot
@@ -191,6 +197,7 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         // Named patterns only before legalize: a decomposed attention is never re-formed.
         let mut with_patterns = sets.clone();
         with_patterns.extend(supports_attention(backend).then_some(crate::patterns::ATTENTION));
+        with_patterns.extend(honors_attention_layout(backend).then_some(crate::patterns::ATTENTION_LAYOUT));
         with_patterns.extend(
             crate::cross_entropy::supports_cross_entropy(backend)
                 .then_some(crate::cross_entropy::SOFTMAX_CROSS_ENTROPY),

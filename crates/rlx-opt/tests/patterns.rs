@@ -161,3 +161,55 @@ fn probabilities_read_elsewhere_keep_the_primitive_form() {
     g.set_outputs(vec![o, p]);
     assert!(check(g).is_empty());
 }
+
+/// Heads split from `[b, s, h*d]` projections by reshape and transpose, as BERT and Llama write
+/// them: on the CPU the attention reads `[b, s, h, d]` in place (its layout says so) and no
+/// transpose is left; the values match the interpreter's on the original graph.
+#[test]
+fn head_transposes_fold_into_the_attention_layout() {
+    use rlx_ir::ops::{AttentionLayout, MaskKind};
+    let (b, s, h, kvh, d) = (2, 6, 4, 2, 8);
+    for causal in [false, true] {
+        let mut g = Graph::new("heads");
+        let x = g.input("x", Shape::new(&[b, s, h * d], DType::F32));
+        let kv = g.input("kv", Shape::new(&[b, s, 2 * kvh * d], DType::F32));
+        let heads = |g: &mut Graph, x: NodeId, n: usize| {
+            let r = g.reshape(x, &[b, s, n, d]);
+            g.transpose(r, &[0, 2, 1, 3])
+        };
+        let q = heads(&mut g, x, h);
+        let k = g.slice_axis(kv, 2, 0, kvh * d);
+        let v = g.slice_axis(kv, 2, kvh * d, 2 * kvh * d);
+        let (k, v) = (heads(&mut g, k, kvh), heads(&mut g, v, kvh));
+        let mask = if causal { MaskKind::Causal } else { MaskKind::None };
+        let y = g.attention(q, k, v, mask, 0.35);
+        let y = g.transpose(y, &[0, 2, 1, 3]);
+        let y = g.reshape(y, &[b, s, h * d]);
+        g.set_outputs(vec![y]);
+        let (opt, _) = rlx_opt::compile_pipeline(g.clone(), cpu(), PrecisionPolicy::F32).unwrap();
+        let found = attention_ops(&opt);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].layout, found[0].mask), (AttentionLayout::Bshd, mask));
+        assert!(!opt.nodes().iter().any(|n| matches!(n.op, Op::Transpose(_))), "{}", opt.to_text());
+        let f = feeds(&g);
+        let fr: Vec<(&str, HostTensor)> = f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let want = interp::evaluate(&g, &fr).unwrap();
+        testkit::compare(&rlx_driver::run_host(cpu(), &opt, &fr).unwrap()[0], &want[0]).unwrap();
+    }
+}
+
+/// Only some inputs transposed: the heads-first attention stays as it is.
+#[test]
+fn a_partly_transposed_attention_keeps_its_layout() {
+    use rlx_ir::ops::{AttentionLayout, MaskKind};
+    let mut g = Graph::new("partial");
+    let x = g.input("x", Shape::new(&[1, 5, 2, 8], DType::F32));
+    let q = g.transpose(x, &[0, 2, 1, 3]);
+    let k = g.input("k", Shape::new(&[1, 2, 5, 8], DType::F32));
+    let v = g.input("v", Shape::new(&[1, 2, 5, 8], DType::F32));
+    let y = g.attention(q, k, v, MaskKind::Causal, 0.5);
+    g.set_outputs(vec![y]);
+    let found = check(g);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].layout, AttentionLayout::Bhsd);
+}

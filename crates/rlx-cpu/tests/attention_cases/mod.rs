@@ -7,7 +7,7 @@
 
 use rlx_cpu::CpuBackend;
 use rlx_ir::ops::util::rand_f64;
-use rlx_ir::ops::{Attention, MaskKind};
+use rlx_ir::ops::{Attention, AttentionLayout, MaskKind};
 use rlx_ir::testkit::run_samples;
 use rlx_ir::{DType, Graph, HostTensor, Sample, Shape};
 
@@ -21,7 +21,7 @@ fn attn(label: &str, mask: MaskKind, dims: [usize; 7], dt: DType, seed: u64, ext
     let mut ins =
         vec![rand(&[b, h, s, d], dt, seed), rand(&[b, kvh, t, d], dt, seed + 1), rand(&[b, kvh, t, dv], dt, seed + 2)];
     ins.extend(extra);
-    Sample::new(label, Attention { mask, scale: 1.0 / (d as f64).sqrt() }, ins)
+    Sample::new(label, Attention::new(mask, 1.0 / (d as f64).sqrt()), ins)
 }
 
 /// A key-padding mask `[b, 1, 1, t]`: sequence `i` has its last `pad(i)` keys hidden.
@@ -157,8 +157,82 @@ pub fn chunked_long_rows() {
     ]);
 }
 
+/// `attn` with q, k, v and the output in `[batch, seq, heads, dim]` order.
+fn attn_bshd(label: &str, mask: MaskKind, dims: [usize; 7], dt: DType, seed: u64, extra: Option<HostTensor>) -> Sample {
+    let [b, h, kvh, s, t, d, dv] = dims;
+    let mut ins =
+        vec![rand(&[b, s, h, d], dt, seed), rand(&[b, t, kvh, d], dt, seed + 1), rand(&[b, t, kvh, dv], dt, seed + 2)];
+    ins.extend(extra);
+    let op = Attention::new(mask, 1.0 / (d as f64).sqrt()).with_layout(AttentionLayout::Bshd);
+    Sample::new(label, op, ins)
+}
+
+/// The `[batch, seq, heads, dim]` layout on every path: whole-row (padding masks, grouped
+/// heads, f16), online over transposed K (f64) and over K's rows (decode).
+pub fn bshd_layout() {
+    check(vec![
+        attn_bshd(
+            "bshd/minilm-3x128-pad",
+            MaskKind::Custom,
+            [3, 12, 12, 128, 128, 32, 32],
+            DType::F32,
+            90,
+            Some(padding(3, 128, |i| 30 * i)),
+        ),
+        attn_bshd("bshd/gqa-causal", MaskKind::Causal, [2, 8, 2, 50, 70, 32, 24], DType::F32, 93, None),
+        attn_bshd("bshd/f16-window", MaskKind::SlidingWindow(9), [1, 4, 2, 33, 33, 16, 16], DType::F16, 96, None),
+        attn_bshd("bshd/f64", MaskKind::Causal, [2, 4, 2, 20, 20, 8, 8], DType::F64, 99, None),
+        attn_bshd("bshd/decode", MaskKind::Causal, [2, 8, 2, 1, 100, 32, 32], DType::F32, 102, None),
+        attn_bshd("bshd/decode-3", MaskKind::None, [1, 4, 4, 3, 40, 16, 8], DType::F32, 105, None),
+    ]);
+}
+
+/// `x` (`[a, b, c, d]`, row-major; `a` follows from the length) with axes 1 and 2 swapped.
+fn swap_middle(x: &[f32], [_, b, c, d]: [usize; 4]) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    for (n, row) in x.chunks_exact(d).enumerate() {
+        let (i, j, k) = (n / (b * c), n / c % b, n % c);
+        y[((i * c + k) * b + j) * d..][..d].copy_from_slice(row);
+    }
+    y
+}
+
+/// The layouts agree bit for bit: the same problem with its inputs transposed runs the same
+/// arithmetic in the same order (whole-row, long-cache and decode paths).
+pub fn bshd_matches_bhsd_exactly() {
+    for (s, t, mask) in [(128, 128, MaskKind::None), (40, 300, MaskKind::Causal), (1, 77, MaskKind::Causal)] {
+        let (b, h, kvh, d) = (2, 6, 3, 32);
+        let data = |h: usize, s: usize, seed: u64| -> Vec<f32> {
+            rand_f64(b * h * s * d, -1.0, 1.0, seed).iter().map(|&x| x as f32).collect()
+        };
+        let (q, k, v) = (data(h, s, 1), data(kvh, t, 2), data(kvh, t, 3));
+        let run = |layout: AttentionLayout| {
+            let mut g = Graph::new("att");
+            let dims = |h: usize, s: usize| layout.dims([b, h, s, d]);
+            let qi = g.input("q", Shape::new(&dims(h, s), DType::F32));
+            let ki = g.input("k", Shape::new(&dims(kvh, t), DType::F32));
+            let vi = g.input("v", Shape::new(&dims(kvh, t), DType::F32));
+            let y = g.add_node(Attention::new(mask, 0.3).with_layout(layout), &[qi, ki, vi]);
+            g.set_outputs(vec![y]);
+            let feed = |x: &[f32], h: usize, s: usize| {
+                let x = if layout == AttentionLayout::Bshd { swap_middle(x, [b, h, s, d]) } else { x.to_vec() };
+                HostTensor::from_f32(&dims(h, s), &x).unwrap()
+            };
+            let feeds = [("q", feed(&q, h, s)), ("k", feed(&k, kvh, t)), ("v", feed(&v, kvh, t))];
+            let y = rlx_driver::run_host(&CpuBackend::new(), &g, &feeds).unwrap()[0].to_f32_vec().unwrap();
+            if layout == AttentionLayout::Bshd { swap_middle(&y, [b, s, h, d]) } else { y }
+        };
+        let (heads_first, seq_first) = (run(AttentionLayout::Bhsd), run(AttentionLayout::Bshd));
+        for (n, (x, y)) in heads_first.iter().zip(&seq_first).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "s {s} t {t}: element {n}: {x} vs {y}");
+        }
+    }
+}
+
 /// Every case above.
 pub fn all() {
+    bshd_layout();
+    bshd_matches_bhsd_exactly();
     bert_shaped_padding_masks();
     head_dims_and_grouped_heads();
     per_query_masks_half_storage_and_long_rows();

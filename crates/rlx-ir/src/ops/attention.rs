@@ -35,16 +35,98 @@ impl MaskKind {
     }
 }
 
-/// `softmax(q @ k^T * scale + mask) @ v`. Inputs: q `[batch, heads, s, d]`, k
+/// The axis order of attention's q, k, v and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionLayout {
+    /// `[batch, heads, seq, dim]`.
+    #[default]
+    Bhsd,
+    /// `[batch, seq, heads, dim]` (JAX's `BTNH`): projections reshaped to heads, no transposes.
+    Bshd,
+}
+
+impl AttentionLayout {
+    fn is_bhsd(&self) -> bool {
+        *self == AttentionLayout::Bhsd
+    }
+
+    /// `(batch, heads, seq, dim)` of dims in this layout (rank 4).
+    pub fn bhsd<T: Clone>(self, d: &[T]) -> [T; 4] {
+        match self {
+            AttentionLayout::Bhsd => [d[0].clone(), d[1].clone(), d[2].clone(), d[3].clone()],
+            AttentionLayout::Bshd => [d[0].clone(), d[2].clone(), d[1].clone(), d[3].clone()],
+        }
+    }
+
+    /// Dims in this layout from `(batch, heads, seq, dim)`.
+    pub fn dims<T>(self, [b, h, s, d]: [T; 4]) -> Vec<T> {
+        match self {
+            AttentionLayout::Bhsd => vec![b, h, s, d],
+            AttentionLayout::Bshd => vec![b, s, h, d],
+        }
+    }
+
+    /// Element strides of `(batch, head, seq)` in a contiguous tensor of this layout with
+    /// `heads` heads, `seq` positions and head dim `dim`.
+    pub fn strides(self, heads: usize, seq: usize, dim: usize) -> [usize; 3] {
+        match self {
+            AttentionLayout::Bhsd => [heads * seq * dim, seq * dim, dim],
+            AttentionLayout::Bshd => [seq * heads * dim, dim, heads * dim],
+        }
+    }
+
+    /// The name of its axes, for messages.
+    fn axes(self) -> &'static str {
+        match self {
+            AttentionLayout::Bhsd => "[batch, heads, seq, dim]",
+            AttentionLayout::Bshd => "[batch, seq, heads, dim]",
+        }
+    }
+}
+
+/// `softmax(q @ k^T * scale + mask) @ v`. Inputs (layout `Bhsd`): q `[batch, heads, s, d]`, k
 /// `[batch, kv_heads, t, d]`, v `[batch, kv_heads, t, dv]` (and the mask for `Custom`); output
-/// `[batch, heads, s, dv]`. `heads` must be a multiple of `kv_heads`: query head h uses kv head
-/// `h / (heads / kv_heads)`. A query row with no visible key gives NaN (softmax of all -inf).
+/// `[batch, heads, s, dv]`; layout `Bshd` swaps the heads and seq axes of all four. `heads`
+/// must be a multiple of `kv_heads`: query head h uses kv head `h / (heads / kv_heads)`. A
+/// query row with no visible key gives NaN (softmax of all -inf).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attention {
     /// The mask.
     pub mask: MaskKind,
     /// Multiplies the scores, usually `1 / sqrt(d)`.
     pub scale: f64,
+    /// The axis order of q, k, v and the output (the custom mask is always over
+    /// `[batch, heads, s, t]`).
+    #[serde(default, skip_serializing_if = "AttentionLayout::is_bhsd")]
+    pub layout: AttentionLayout,
+}
+
+impl Attention {
+    /// Attention over `[batch, heads, seq, dim]` values.
+    pub fn new(mask: MaskKind, scale: f64) -> Self {
+        Attention { mask, scale, layout: AttentionLayout::Bhsd }
+    }
+
+    /// The same op over values in `layout`.
+    pub fn with_layout(self, layout: AttentionLayout) -> Self {
+        Attention { layout, ..self }
+    }
+}
+
+/// `x` (rank 4) with axes 1 and 2 swapped.
+fn swap_middle(x: &[f64], [a, b, c, d]: [usize; 4]) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for i in 0..a {
+        for j in 0..b {
+            for k in 0..c {
+                let src = ((i * b + j) * c + k) * d;
+                let dst = ((i * c + k) * b + j) * d;
+                y[dst..dst + d].copy_from_slice(&x[src..src + d]);
+            }
+        }
+    }
+    y
 }
 
 /// Softmax of one row in f64 (all -inf gives NaN).
@@ -80,12 +162,14 @@ impl OpDef for Attention {
         if !self.scale.is_finite() {
             return Err(format!("scale must be finite, got {}", self.scale));
         }
+        let axes = self.layout.axes();
         for (name, s) in [("q", q), ("k", k), ("v", v)] {
             if s.rank() != 4 {
-                return Err(format!("{name} must have rank 4 [batch, heads, seq, dim], got {s}"));
+                return Err(format!("{name} must have rank 4 {axes}, got {s}"));
             }
         }
-        let (qd, kd, vd) = (&q.dims, &k.dims, &v.dims);
+        let l = self.layout;
+        let (qd, kd, vd) = (&l.bhsd(&q.dims), &l.bhsd(&k.dims), &l.bhsd(&v.dims));
         if qd[0] != kd[0] || kd[0] != vd[0] {
             return Err(format!("batch dims differ: q {}, k {}, v {}", qd[0], kd[0], vd[0]));
         }
@@ -120,13 +204,25 @@ impl OpDef for Attention {
                 return Err(format!("the mask {m} does not broadcast to {f}"));
             }
         }
-        let out = vec![qd[0].clone(), qd[1].clone(), qd[2].clone(), vd[3].clone()];
+        let out = l.dims([qd[0].clone(), qd[1].clone(), qd[2].clone(), vd[3].clone()]);
         Ok(Shape::with_dims(out, q.dtype))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
-        let f = |t: &HostTensor| t.to_f64_vec();
+        let l = self.layout;
+        let dims = |t: &HostTensor| -> Result<[usize; 4]> {
+            let d = t.dims();
+            if d.len() != 4 {
+                return Err(Error::eval("attention", format!("rank-4 inputs expected, got {:?}", d)));
+            }
+            Ok(l.bhsd(&d))
+        };
+        // Values in [batch, heads, seq, dim] order.
+        let f = |t: &HostTensor| -> Result<Vec<f64>> {
+            let x = t.to_f64_vec()?;
+            Ok(if l.is_bhsd() { x } else { swap_middle(&x, t.dims().try_into().expect("rank 4")) })
+        };
+        let (qd, kd, vd) = (dims(ins[0])?, dims(ins[1])?, dims(ins[2])?);
         let (q, k, v) = (f(ins[0])?, f(ins[1])?, f(ins[2])?);
-        let (qd, kd, vd) = (ins[0].dims(), ins[1].dims(), ins[2].dims());
         let (b, h, s, d) = (qd[0], qd[1], qd[2], qd[3]);
         let (kvh, t, dv) = (kd[1], kd[2], vd[3]);
         if kvh == 0 || h % kvh != 0 {
@@ -164,6 +260,7 @@ impl OpDef for Attention {
                 }
             }
         }
+        let y = if l.is_bhsd() { y } else { swap_middle(&y, [b, h, s, dv]) };
         HostTensor::new(out.clone(), Data::F(y))
     }
     fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], size: usize) -> Option<NodeId> {
@@ -182,6 +279,13 @@ impl OpDef for Attention {
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {
             return None;
+        }
+        if !self.layout.is_bhsd() {
+            // Through the [batch, heads, seq, dim] form: swap the middle axes in and out.
+            let mut xs: Vec<NodeId> = ins[..3].iter().map(|&x| g.transpose(x, &[0, 2, 1, 3])).collect();
+            xs.extend(ins.get(3));
+            let y = self.clone().with_layout(AttentionLayout::Bhsd).decompose(g, &xs)?;
+            return Some(g.transpose(y, &[0, 2, 1, 3]));
         }
         let (q, k, v) = (ins[0], ins[1], ins[2]);
         let qd = g.shape(q)?.fixed_dims()?;
@@ -249,7 +353,7 @@ impl OpDef for Attention {
             let seed = 60 + 3 * i as u64;
             out.push(Sample::new(
                 format!("attention/{dt}/{mask:?}/h{h}kv{kvh}s{s}t{t}"),
-                Attention { mask, scale: 1.0 / (d as f64).sqrt() },
+                Attention::new(mask, 1.0 / (d as f64).sqrt()),
                 vec![
                     rt(&[b, h, s, d], dt, seed),
                     rt(&[b, kvh, t, d], dt, seed + 1),
@@ -257,6 +361,38 @@ impl OpDef for Attention {
                 ],
             ));
         }
+        // [batch, seq, heads, dim] values: grouped heads, a causal cache offset, a bool mask.
+        let bshd = Attention::new(MaskKind::Causal, 0.4).with_layout(AttentionLayout::Bshd);
+        out.push(Sample::new(
+            "attention/f32/bshd/causal/h4kv2s3t5",
+            bshd.clone(),
+            vec![
+                rt(&[2, 3, 4, 6], DType::F32, 80),
+                rt(&[2, 5, 2, 6], DType::F32, 81),
+                rt(&[2, 5, 2, 3], DType::F32, 82),
+            ],
+        ));
+        out.push(Sample::new(
+            "attention/f64/bshd/none/h2kv1s4t4",
+            Attention { mask: MaskKind::None, ..bshd.clone() },
+            vec![
+                rt(&[1, 4, 2, 3], DType::F64, 83),
+                rt(&[1, 4, 1, 3], DType::F64, 84),
+                rt(&[1, 4, 1, 2], DType::F64, 85),
+            ],
+        ));
+        let keep: Vec<bool> =
+            rand_f64(3 * 4, 0.0, 1.0, 86).iter().enumerate().map(|(i, &u)| i % 4 == 0 || u < 0.5).collect();
+        out.push(Sample::new(
+            "attention/f32/bshd/custom_bool",
+            Attention { mask: MaskKind::Custom, ..bshd },
+            vec![
+                rt(&[1, 3, 2, 4], DType::F32, 87),
+                rt(&[1, 4, 2, 4], DType::F32, 88),
+                rt(&[1, 4, 2, 4], DType::F32, 89),
+                HostTensor::from_bool(&[1, 1, 3, 4], &keep).expect("sample"),
+            ],
+        ));
         // Large scores: the softmax must subtract the row max.
         let big = |dims: &[usize], seed| {
             let n = dims.iter().product();
@@ -264,7 +400,7 @@ impl OpDef for Attention {
         };
         out.push(Sample::new(
             "attention/f32/large_scores",
-            Attention { mask: MaskKind::Causal, scale: 1.0 },
+            Attention::new(MaskKind::Causal, 1.0),
             vec![big(&[1, 2, 3, 8], 90), big(&[1, 2, 3, 8], 91), big(&[1, 2, 3, 2], 92)],
         ));
         // Custom bool mask [batch, 1, s, t]; key 0 is always visible so no row is empty.
@@ -274,7 +410,7 @@ impl OpDef for Attention {
         let m = HostTensor::from_bool(&[b, 1, s, t], &bits).expect("sample");
         out.push(Sample::new(
             "attention/f32/custom_bool",
-            Attention { mask: MaskKind::Custom, scale: 0.5 },
+            Attention::new(MaskKind::Custom, 0.5),
             vec![
                 rt(&[b, h, s, 4], DType::F32, 94),
                 rt(&[b, 1, t, 4], DType::F32, 95),
@@ -288,7 +424,7 @@ impl OpDef for Attention {
         let m = HostTensor::from_f64(&[s, t], DType::F64, &add).expect("sample");
         out.push(Sample::new(
             "attention/f64/custom_float",
-            Attention { mask: MaskKind::Custom, scale: 0.5 },
+            Attention::new(MaskKind::Custom, 0.5),
             vec![
                 rt(&[1, h, s, 4], DType::F64, 98),
                 rt(&[1, h, t, 4], DType::F64, 99),
@@ -313,14 +449,14 @@ impl Graph {
                 reason: "MaskKind::Custom needs a mask tensor: use attention_with_mask".into(),
             });
         }
-        let op = Attention { mask, scale: scale as f64 };
+        let op = Attention::new(mask, scale as f64);
         self.add_node(op, &[q, k, v])
     }
 
     /// Scaled dot-product attention with a mask tensor broadcastable to `[batch, heads, s, t]`:
     /// bool (true = may attend) or float (added to the scaled scores).
     pub fn attention_with_mask(&mut self, q: NodeId, k: NodeId, v: NodeId, mask: NodeId, scale: f32) -> NodeId {
-        let op = Attention { mask: MaskKind::Custom, scale: scale as f64 };
+        let op = Attention::new(MaskKind::Custom, scale as f64);
         self.add_node(op, &[q, k, v, mask])
     }
 }

@@ -205,8 +205,6 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
-    // Offset of the row of (head, query) in q and out, in units of the head dim.
-    let qrow = |(hi, i): (usize, usize)| (bi * g.h + hi) * g.s + i;
     scaled_queries(g, &it, q, scale, &mut sc.q[..rows4 * d]);
     let (lo, hi_k) = item_keys(g, spans, &it);
     // Columns start on a multiple of 16 so that the score tiles stay inside the padded rows.
@@ -266,13 +264,13 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
         for r in rows..rows4 {
             sc.p[r * pw..r * pw + n16].fill(0.0);
         }
-        let vb = &v[(kv * t + c0) * dv..(kv * t + c1) * dv];
-        assert!(vb.len() >= n * dv);
+        let vb = &v[g.v_at(kv, c0)..];
+        assert!(n > 0 && vb.len() >= (n - 1) * g.vs[2] + dv);
         // SAFETY: bounds checked above; the caller vouched for the ISA.
         unsafe {
             isa.product(Product::new(
                 (sc.p.as_ptr(), pw),
-                (vb.as_ptr(), dv),
+                (vb.as_ptr(), g.vs[2]),
                 (sc.o.as_mut_ptr(), dv),
                 (rows4, dv, n),
                 true,
@@ -281,7 +279,8 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
         c0 = c1;
     }
     for r in 0..rows {
-        let base = qrow(it.row(r)) * dv;
+        let (hi, i) = it.row(r);
+        let base = g.o_at(bi, hi, i);
         // SAFETY: each item writes only its own rows of the output.
         let dst = unsafe { out.slice(base, dv) };
         // No visible key at all: NaN, as softmax of an all -inf row.
