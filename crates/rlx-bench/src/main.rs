@@ -1,7 +1,7 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS] |
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] |
 //! profile [BATCH SEQ RUNS] | train [STEPS]`;
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
@@ -82,13 +82,13 @@ fn main() {
             header();
             train::compare(rounds, nums.first().copied().unwrap_or(3))
         }
-        Some("ops") => ops::run(nums.first().copied().unwrap_or(20)),
+        Some("ops") => ops::run(nums.first().copied().unwrap_or(20), args.get(2).map(String::as_str)),
         Some("profile") => {
             let n = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
         }
     };
     if let Err(e) = r {

@@ -25,6 +25,9 @@ fn time_graph_with(
     feeds: Vec<(String, Vec<f32>)>,
     runs: usize,
 ) -> Result<(), String> {
+    if FILTER.get().is_some_and(|f| !label.contains(f.as_str())) {
+        return Ok(());
+    }
     let mut c = Session::new(Device::Cpu).compile(g).map_err(|e| e.to_string())?;
     for (name, v) in params {
         c.set_param(name, v).map_err(|e| e.to_string())?;
@@ -55,8 +58,15 @@ fn time_graph_with(
     Ok(())
 }
 
-/// Times attention at a few shapes and masks, and the row kernels at MiniLM's shapes.
-pub fn run(runs: usize) -> Result<(), String> {
+/// Only the cases whose label contains this are timed (`rlx-bench ops RUNS FILTER`).
+static FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Times attention at a few shapes and masks, and the row kernels at MiniLM's shapes; with
+/// `filter`, only the cases whose label contains it.
+pub fn run(runs: usize, filter: Option<&str>) -> Result<(), String> {
+    if let Some(f) = filter {
+        FILTER.set(f.to_string()).map_err(|_| "ops: filter set twice")?;
+    }
     println!("single ops (RLX, median of {runs}):");
     let cases = [
         (1, 12, 12, 128, 128, 32, MaskKind::None),

@@ -159,14 +159,20 @@ impl<T: FloatElem> RowPlan<T> {
         let count = if whole { (rows * w).div_ceil(PIECE) } else { rows };
         let piece =
             |p: usize| if whole { (s0 + p * PIECE, PIECE.min(rows * w - p * PIECE)) } else { (s0 + p * stride, w) };
-        for p in (0..count).take(AHEAD) {
+        // The output's own rows too: the GEMM left them in L2, and a row of a few lines is too
+        // short for the hardware prefetcher.
+        let fetch = |p: usize| {
             let (s, len) = piece(p);
             self.prefetch(s, len, ins);
-        }
+            if !whole {
+                let first = out as usize + s * std::mem::size_of::<T>();
+                (first..first + len * std::mem::size_of::<T>()).step_by(64).for_each(prefetch_line);
+            }
+        };
+        (0..count).take(AHEAD).for_each(fetch);
         for p in 0..count {
             if p + AHEAD < count {
-                let (s, len) = piece(p + AHEAD);
-                self.prefetch(s, len, ins);
+                fetch(p + AHEAD);
             }
             let (s, len) = piece(p);
             // SAFETY: a piece of the block (the caller's contract).
