@@ -6,7 +6,7 @@ use crate::errors::IntoPy;
 use crate::graph::{Id, PyGraph, PyNode, ids};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use rlx_ir::ops::{Attention, AttentionLayout, BinaryKind, CompareKind, CustomFn, ReduceKind, UnaryKind};
+use rlx_ir::ops::{Attention, BinaryKind, CompareKind, CustomFn, HeadLayout, ReduceKind, UnaryKind};
 use rlx_ir::{Graph, MaskKind, NodeId, QuantScheme};
 
 macro_rules! unary_methods {
@@ -93,10 +93,10 @@ fn mask_arg(mask: &Bound<'_, PyAny>) -> PyResult<MaskKind> {
     }
 }
 
-fn layout_arg(layout: &str) -> PyResult<AttentionLayout> {
+fn layout_arg(layout: &str) -> PyResult<HeadLayout> {
     match layout {
-        "bhsd" => Ok(AttentionLayout::Bhsd),
-        "bshd" => Ok(AttentionLayout::Bshd),
+        "bhsd" => Ok(HeadLayout::Bhsd),
+        "bshd" => Ok(HeadLayout::Bshd),
         other => Err(PyValueError::new_err(format!(
             "attention layout `{other}`: use \"bhsd\" ([batch, heads, seq, dim]) or \"bshd\" ([batch, seq, heads, dim])"
         ))),

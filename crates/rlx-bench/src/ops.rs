@@ -95,8 +95,8 @@ pub fn run(runs: usize, filter: Option<&str>) -> Result<(), String> {
     let (b, h, s, d) = (1, 12, 128, 32);
     let mut g = Graph::new("attn_bshd");
     let ins: Vec<_> = ["q", "k", "v"].iter().map(|n| g.input(n, Shape::new(&[b, s, h, d], DType::F32))).collect();
-    let op = rlx_ir::ops::Attention::new(MaskKind::None, 1.0 / (d as f64).sqrt())
-        .with_layout(rlx_ir::ops::AttentionLayout::Bshd);
+    let op =
+        rlx_ir::ops::Attention::new(MaskKind::None, 1.0 / (d as f64).sqrt()).with_layout(rlx_ir::ops::HeadLayout::Bshd);
     let y = g.add_node(op, &ins);
     g.set_outputs(vec![y]);
     let feeds = (1..=3).map(|i| (["q", "k", "v"][i - 1].to_string(), values(b * h * s * d, i as u32))).collect();

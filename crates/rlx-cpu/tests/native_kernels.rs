@@ -132,8 +132,17 @@ fn rope_long_positions_and_dtypes() {
     let p = HostTensor::from_i64(&[300], DType::I64, &pos).expect("pos");
     let p32 = HostTensor::from_i64(&[300], DType::I32, &pos).expect("pos");
     check(vec![
-        Sample::new("rope/f32", Rope { theta: 10000.0 }, vec![rand(&[2, 4, 300, 64], DType::F32, -2.0, 2.0, 90), p]),
-        Sample::new("rope/f64", Rope { theta: 500000.0 }, vec![rand(&[1, 2, 300, 32], DType::F64, -2.0, 2.0, 91), p32]),
+        Sample::new("rope/f32", Rope::new(10000.0), vec![rand(&[2, 4, 300, 64], DType::F32, -2.0, 2.0, 90), p]),
+        Sample::new(
+            "rope/f64",
+            Rope::new(500000.0),
+            vec![rand(&[1, 2, 300, 32], DType::F64, -2.0, 2.0, 91), p32.clone()],
+        ),
+        Sample::new(
+            "rope/f32/bshd",
+            Rope::new(10000.0).with_layout(rlx_ir::ops::HeadLayout::Bshd),
+            vec![rand(&[2, 300, 4, 64], DType::F32, -2.0, 2.0, 92), p32],
+        ),
     ]);
 }
 

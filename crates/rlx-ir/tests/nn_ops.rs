@@ -152,17 +152,17 @@ fn attention_errors() {
 fn rope_values() {
     // Position 0 is the identity.
     let x: Vec<f64> = (0..8).map(|i| i as f64 - 3.5).collect();
-    check(Rope { theta: 10000.0 }, vec![f64s(&[1, 1, 2, 4], &x), i64s(&[0, 0])], &x);
+    check(Rope::new(10000.0), vec![f64s(&[1, 1, 2, 4], &x), i64s(&[0, 0])], &x);
     // d = 2 at position 1: a rotation by 1 radian.
     let (c, s) = (1f64.cos(), 1f64.sin());
     check(
-        Rope { theta: 10000.0 },
+        Rope::new(10000.0),
         vec![f64s(&[1, 1, 1, 2], &[2.0, 3.0]), i64s(&[1])],
         &[2.0 * c - 3.0 * s, 3.0 * c + 2.0 * s],
     );
-    let e = infer_err(Rope { theta: 10000.0 }, &[Shape::new(&[1, 1, 2, 3], DType::F32), Shape::new(&[2], DType::I64)]);
+    let e = infer_err(Rope::new(10000.0), &[Shape::new(&[1, 1, 2, 3], DType::F32), Shape::new(&[2], DType::I64)]);
     assert!(e.contains("even"), "{e}");
-    let e = infer_err(Rope { theta: 10000.0 }, &[Shape::new(&[1, 1, 2, 4], DType::F32), Shape::new(&[2], DType::F32)]);
+    let e = infer_err(Rope::new(10000.0), &[Shape::new(&[1, 1, 2, 4], DType::F32), Shape::new(&[2], DType::F32)]);
     assert!(e.contains("integers"), "{e}");
 }
 
@@ -267,7 +267,7 @@ fn dynamic_dims_and_bad_decompose_inputs() {
     let bad = g.input("bad", Shape::new(&[2, 3], DType::F32));
     for op in [
         Op::from(Conv2d { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1 }),
-        Op::from(Rope { theta: 1e4 }),
+        Op::from(Rope::new(1e4)),
         Op::from(MaxPool2d { kernel: [2, 2], stride: [1, 1], padding: [0, 0] }),
         Op::from(RmsNorm { eps: 1e-6 }),
         Op::from(Attention::new(MaskKind::None, 1.0)),

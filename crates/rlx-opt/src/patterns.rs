@@ -7,7 +7,7 @@
 //! users (a training graph's backward reads them), since they would be computed twice.
 
 use crate::engine::{Rewriter, Rule, RuleSet};
-use rlx_ir::ops::{Attention, AttentionLayout, BinaryKind, MaskKind, Transpose};
+use rlx_ir::ops::{Attention, BinaryKind, HeadLayout, MaskKind, Transpose};
 use rlx_ir::{Data, NodeId, Op};
 
 /// The attention pattern. Runs only before legalization, and only for backends with a native
@@ -15,30 +15,64 @@ use rlx_ir::{Data, NodeId, Op};
 pub const ATTENTION: RuleSet =
     RuleSet { name: "attention", may_grow: false, rules: &[Rule { name: "attention", apply: attention }] };
 
-/// Attention whose q, k and v are all `[batch, seq, heads, dim]` values transposed to heads
-/// first (`perm [0, 2, 1, 3]`) reads them in place instead (`AttentionLayout::Bshd`); its output
-/// is transposed back, which cancels against the usual transpose to `[batch, seq, heads, dim]`.
-/// Only for backends whose attention kernel honors the layout (the pipeline checks). It may grow
-/// the graph by that transpose: three input transposes go in exchange.
-pub const ATTENTION_LAYOUT: RuleSet =
-    RuleSet { name: "attention-layout", may_grow: true, rules: &[Rule { name: "attention-bshd", apply: bshd }] };
+/// Per-head values in `[batch, seq, heads, dim]` order, as projections reshaped to heads give
+/// them, are read in place instead of transposed to heads first (`HeadLayout::Bshd`):
+/// `rope(transpose(x))` becomes `transpose(rope(x))`, a norm over the last axis moves before the
+/// transpose the same way (Qwen3's q/k norms), and an attention whose q, k and v are all
+/// such transposes (`perm [0, 2, 1, 3]`) reads their inputs, its output transposed back (which
+/// cancels against the usual transpose to `[batch, seq, heads, dim]`). Only for backends whose
+/// kernels honor the layout (the pipeline checks). The rope rule moves a transpose and the
+/// attention rule adds one for three, hence `may_grow`.
+pub const HEAD_LAYOUT: RuleSet = RuleSet {
+    name: "head-layout",
+    may_grow: true,
+    rules: &[
+        Rule { name: "norm-before-transpose", apply: norm_first },
+        Rule { name: "rope-bshd", apply: rope_bshd },
+        Rule { name: "attention-bshd", apply: attention_bshd },
+    ],
+};
 
 const SWAP_MIDDLE: [usize; 4] = [0, 2, 1, 3];
 
-fn bshd(rw: &mut Rewriter, op: &Op, ins: &[NodeId], _ty: &rlx_ir::Shape) -> Option<NodeId> {
-    let Op::Attention(att) = op else { return None };
-    if att.layout != AttentionLayout::Bhsd {
+/// The input of a transpose that swaps axes 1 and 2 of a rank-4 value.
+fn swapped_from(rw: &Rewriter, x: NodeId) -> Option<NodeId> {
+    match rw.op(x) {
+        Op::Transpose(t) if t.perm == SWAP_MIDDLE => Some(rw.node(x).inputs[0]),
+        _ => None,
+    }
+}
+
+/// `norm(transpose(x))` as `transpose(norm(x))`: rms_norm and layer_norm work on the last axis
+/// with per-feature vectors, which the swap leaves in place.
+fn norm_first(rw: &mut Rewriter, op: &Op, ins: &[NodeId], _ty: &rlx_ir::Shape) -> Option<NodeId> {
+    if !matches!(op, Op::RmsNorm(_) | Op::LayerNorm(_)) {
         return None;
     }
-    let mut inner = vec![];
-    for &x in &ins[..3] {
-        match rw.op(x) {
-            Op::Transpose(t) if t.perm == SWAP_MIDDLE => inner.push(rw.node(x).inputs[0]),
-            _ => return None,
-        }
+    let mut inner = ins.to_vec();
+    inner[0] = swapped_from(rw, ins[0])?;
+    let y = rw.add(op.clone(), &inner).ok()?;
+    rw.add(Transpose { perm: SWAP_MIDDLE.to_vec() }, &[y]).ok()
+}
+
+fn rope_bshd(rw: &mut Rewriter, op: &Op, ins: &[NodeId], _ty: &rlx_ir::Shape) -> Option<NodeId> {
+    let Op::Rope(rope) = op else { return None };
+    if rope.layout != HeadLayout::Bhsd {
+        return None;
     }
+    let x = swapped_from(rw, ins[0])?;
+    let y = rw.add(rope.clone().with_layout(HeadLayout::Bshd), &[x, ins[1]]).ok()?;
+    rw.add(Transpose { perm: SWAP_MIDDLE.to_vec() }, &[y]).ok()
+}
+
+fn attention_bshd(rw: &mut Rewriter, op: &Op, ins: &[NodeId], _ty: &rlx_ir::Shape) -> Option<NodeId> {
+    let Op::Attention(att) = op else { return None };
+    if att.layout != HeadLayout::Bhsd {
+        return None;
+    }
+    let mut inner = ins[..3].iter().map(|&x| swapped_from(rw, x)).collect::<Option<Vec<_>>>()?;
     inner.extend(ins.get(3));
-    let op = att.clone().with_layout(AttentionLayout::Bshd);
+    let op = att.clone().with_layout(HeadLayout::Bshd);
     rw.infer(&op.clone().into(), &inner).ok()?;
     let y = rw.add(op, &inner).ok()?;
     rw.add(Transpose { perm: SWAP_MIDDLE.to_vec() }, &[y]).ok()

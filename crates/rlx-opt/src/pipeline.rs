@@ -132,9 +132,10 @@ pub fn supports_attention(backend: &dyn Backend) -> bool {
     backend.supports(&node, &[&q, &q, &q])
 }
 
-/// Backends whose attention kernel reads `AttentionLayout::Bshd` values (the table lookup keys on
-/// op kind and dtypes, so it cannot tell). A backend joins by honoring the layout and its name here.
-pub fn honors_attention_layout(backend: &dyn Backend) -> bool {
+/// Backends whose attention and rope kernels read `HeadLayout::Bshd` values (the table lookup
+/// keys on op kind and dtypes, so it cannot tell). A backend joins by honoring the layout and
+/// its name here.
+pub fn honors_head_layout(backend: &dyn Backend) -> bool {
     matches!(backend.name(), "cpu") && supports_attention(backend)
 }
 
@@ -197,7 +198,7 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         // Named patterns only before legalize: a decomposed attention is never re-formed.
         let mut with_patterns = sets.clone();
         with_patterns.extend(supports_attention(backend).then_some(crate::patterns::ATTENTION));
-        with_patterns.extend(honors_attention_layout(backend).then_some(crate::patterns::ATTENTION_LAYOUT));
+        with_patterns.extend(honors_head_layout(backend).then_some(crate::patterns::HEAD_LAYOUT));
         with_patterns.extend(
             crate::cross_entropy::supports_cross_entropy(backend)
                 .then_some(crate::cross_entropy::SOFTMAX_CROSS_ENTROPY),

@@ -65,6 +65,10 @@ fn feeds(g: &Graph) -> Vec<(String, HostTensor)> {
         let n = d.iter().product();
         let t = match s.dtype {
             DType::Bool => HostTensor::from_bool(&d, &(0..n).map(|j| j % 5 != 3).collect::<Vec<_>>()).unwrap(),
+            // Positions (rope): a gap and a repeat.
+            DType::I64 => {
+                HostTensor::from_i64(&d, DType::I64, &(0..n as i64).map(|j| j * 3 % 7).collect::<Vec<_>>()).unwrap()
+            }
             _ if name == "mask" => {
                 HostTensor::from_f64(&d, DType::F32, &rand_f64(n, -2.0, 0.0, 50 + i as u64)).unwrap()
             }
@@ -162,14 +166,15 @@ fn probabilities_read_elsewhere_keep_the_primitive_form() {
     assert!(check(g).is_empty());
 }
 
-/// Heads split from `[b, s, h*d]` projections by reshape and transpose, as BERT and Llama write
-/// them: on the CPU the attention reads `[b, s, h, d]` in place (its layout says so) and no
-/// transpose is left; the values match the interpreter's on the original graph.
+/// Heads split from `[b, s, h*d]` projections by reshape and transpose, as BERT writes them
+/// (and Qwen/Llama, with rope on q and k after the transpose): on the CPU the attention and the
+/// ropes read `[b, s, h, d]` in place (their layout says so) and no transpose is left; the
+/// values match the interpreter's on the original graph.
 #[test]
 fn head_transposes_fold_into_the_attention_layout() {
-    use rlx_ir::ops::{AttentionLayout, MaskKind};
+    use rlx_ir::ops::{HeadLayout, MaskKind};
     let (b, s, h, kvh, d) = (2, 6, 4, 2, 8);
-    for causal in [false, true] {
+    for (causal, rope) in [(false, false), (true, false), (true, true)] {
         let mut g = Graph::new("heads");
         let x = g.input("x", Shape::new(&[b, s, h * d], DType::F32));
         let kv = g.input("kv", Shape::new(&[b, s, 2 * kvh * d], DType::F32));
@@ -180,7 +185,17 @@ fn head_transposes_fold_into_the_attention_layout() {
         let q = heads(&mut g, x, h);
         let k = g.slice_axis(kv, 2, 0, kvh * d);
         let v = g.slice_axis(kv, 2, kvh * d, 2 * kvh * d);
-        let (k, v) = (heads(&mut g, k, kvh), heads(&mut g, v, kvh));
+        let (mut k, v) = (heads(&mut g, k, kvh), heads(&mut g, v, kvh));
+        let mut q = q;
+        if rope {
+            // Qwen3: an rms_norm per head on q and k (after the transpose here), then rope.
+            let (gq, gk) = (g.input("gq", Shape::new(&[d], DType::F32)), g.input("gk", Shape::new(&[d], DType::F32)));
+            q = g.rms_norm(q, gq, 1e-6);
+            k = g.rms_norm(k, gk, 1e-6);
+            let pos = g.input("pos", Shape::new(&[s], DType::I64));
+            q = g.rope(q, pos, 10000.0);
+            k = g.rope(k, pos, 10000.0);
+        }
         let mask = if causal { MaskKind::Causal } else { MaskKind::None };
         let y = g.attention(q, k, v, mask, 0.35);
         let y = g.transpose(y, &[0, 2, 1, 3]);
@@ -189,8 +204,11 @@ fn head_transposes_fold_into_the_attention_layout() {
         let (opt, _) = rlx_opt::compile_pipeline(g.clone(), cpu(), PrecisionPolicy::F32).unwrap();
         let found = attention_ops(&opt);
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].layout, found[0].mask), (AttentionLayout::Bshd, mask));
+        assert_eq!((found[0].layout, found[0].mask), (HeadLayout::Bshd, mask));
         assert!(!opt.nodes().iter().any(|n| matches!(n.op, Op::Transpose(_))), "{}", opt.to_text());
+        let ropes: Vec<_> =
+            opt.nodes().iter().filter_map(|n| if let Op::Rope(r) = &n.op { Some(r.layout) } else { None }).collect();
+        assert_eq!(ropes, if rope { vec![HeadLayout::Bshd; 2] } else { vec![] });
         let f = feeds(&g);
         let fr: Vec<(&str, HostTensor)> = f.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
         let want = interp::evaluate(&g, &fr).unwrap();
@@ -201,7 +219,7 @@ fn head_transposes_fold_into_the_attention_layout() {
 /// Only some inputs transposed: the heads-first attention stays as it is.
 #[test]
 fn a_partly_transposed_attention_keeps_its_layout() {
-    use rlx_ir::ops::{AttentionLayout, MaskKind};
+    use rlx_ir::ops::{HeadLayout, MaskKind};
     let mut g = Graph::new("partial");
     let x = g.input("x", Shape::new(&[1, 5, 2, 8], DType::F32));
     let q = g.transpose(x, &[0, 2, 1, 3]);
@@ -211,5 +229,5 @@ fn a_partly_transposed_attention_keeps_its_layout() {
     g.set_outputs(vec![y]);
     let found = check(g);
     assert_eq!(found.len(), 1);
-    assert_eq!(found[0].layout, AttentionLayout::Bhsd);
+    assert_eq!(found[0].layout, HeadLayout::Bhsd);
 }

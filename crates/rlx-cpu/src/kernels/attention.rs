@@ -65,7 +65,7 @@ struct Geo {
     /// Work items run the f32 whole-row path (`dense.rs`).
     dense: bool,
     /// Element strides of (batch, head, position) in q, k, v and the output; the head dim is
-    /// contiguous (`AttentionLayout::strides`).
+    /// contiguous (`HeadLayout::strides`).
     qs: [usize; 3],
     ks: [usize; 3],
     vs: [usize; 3],

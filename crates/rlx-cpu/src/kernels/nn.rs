@@ -194,14 +194,22 @@ fn rope(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     if dims.len() != 4 || !dims[3].is_multiple_of(2) {
         return Err(unsupported(ctx));
     }
-    let (s, d) = (dims[2], dims[3]);
+    let [_, h, s, d] = op.layout.bhsd(&dims);
+    // Rows between consecutive positions: 1 heads first, `h` seq first.
+    let per_pos = if op.layout.is_bhsd() { 1 } else { h };
     let inv = rlx_ir::ops::rope::rope_inv_freq(op.theta, d);
     let pdt = ctx.ins[1].dtype;
-    with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(dims.iter().product(), s, d, inv)),
+    with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(dims.iter().product(), (s, per_pos), d, inv)),
         else Err(unsupported(ctx))), else Err(unsupported(ctx)))
 }
 
-fn rope_kernel<T: Compute, P: crate::elem::IntElem>(numel: usize, s: usize, d: usize, inv: Vec<f64>) -> Kernel {
+/// Rope over rows of `d`; row r is at position `r / per_pos % s` (`(s, per_pos)`).
+fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
+    numel: usize,
+    (s, per_pos): (usize, usize),
+    d: usize,
+    inv: Vec<f64>,
+) -> Kernel {
     let half = d / 2;
     // cos/sin per (position row, frequency), recomputed only when the positions change.
     let mut table = vec![(T::C::ZERO, T::C::ZERO); s * half];
@@ -227,7 +235,8 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(numel: usize, s: usize, d: u
         let y = SharedMut(b.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
             for r in share(task, tasks, rows) {
-                let (xr, cs) = (&x[r * d..(r + 1) * d], &table[(r % s) * half..(r % s + 1) * half]);
+                let at = r / per_pos % s;
+                let (xr, cs) = (&x[r * d..(r + 1) * d], &table[at * half..(at + 1) * half]);
                 // SAFETY: rows are disjoint, each task writes only its own rows.
                 let yr = unsafe { y.slice(r * d, d) };
                 for (i, &(c, sn)) in cs.iter().enumerate() {

@@ -7,7 +7,7 @@
 
 use rlx_cpu::CpuBackend;
 use rlx_ir::ops::util::rand_f64;
-use rlx_ir::ops::{Attention, AttentionLayout, MaskKind};
+use rlx_ir::ops::{Attention, HeadLayout, MaskKind};
 use rlx_ir::testkit::run_samples;
 use rlx_ir::{DType, Graph, HostTensor, Sample, Shape};
 
@@ -163,7 +163,7 @@ fn attn_bshd(label: &str, mask: MaskKind, dims: [usize; 7], dt: DType, seed: u64
     let mut ins =
         vec![rand(&[b, s, h, d], dt, seed), rand(&[b, t, kvh, d], dt, seed + 1), rand(&[b, t, kvh, dv], dt, seed + 2)];
     ins.extend(extra);
-    let op = Attention::new(mask, 1.0 / (d as f64).sqrt()).with_layout(AttentionLayout::Bshd);
+    let op = Attention::new(mask, 1.0 / (d as f64).sqrt()).with_layout(HeadLayout::Bshd);
     Sample::new(label, op, ins)
 }
 
@@ -206,7 +206,7 @@ pub fn bshd_matches_bhsd_exactly() {
             rand_f64(b * h * s * d, -1.0, 1.0, seed).iter().map(|&x| x as f32).collect()
         };
         let (q, k, v) = (data(h, s, 1), data(kvh, t, 2), data(kvh, t, 3));
-        let run = |layout: AttentionLayout| {
+        let run = |layout: HeadLayout| {
             let mut g = Graph::new("att");
             let dims = |h: usize, s: usize| layout.dims([b, h, s, d]);
             let qi = g.input("q", Shape::new(&dims(h, s), DType::F32));
@@ -215,14 +215,14 @@ pub fn bshd_matches_bhsd_exactly() {
             let y = g.add_node(Attention::new(mask, 0.3).with_layout(layout), &[qi, ki, vi]);
             g.set_outputs(vec![y]);
             let feed = |x: &[f32], h: usize, s: usize| {
-                let x = if layout == AttentionLayout::Bshd { swap_middle(x, [b, h, s, d]) } else { x.to_vec() };
+                let x = if layout == HeadLayout::Bshd { swap_middle(x, [b, h, s, d]) } else { x.to_vec() };
                 HostTensor::from_f32(&dims(h, s), &x).unwrap()
             };
             let feeds = [("q", feed(&q, h, s)), ("k", feed(&k, kvh, t)), ("v", feed(&v, kvh, t))];
             let y = rlx_driver::run_host(&CpuBackend::new(), &g, &feeds).unwrap()[0].to_f32_vec().unwrap();
-            if layout == AttentionLayout::Bshd { swap_middle(&y, [b, s, h, d]) } else { y }
+            if layout == HeadLayout::Bshd { swap_middle(&y, [b, s, h, d]) } else { y }
         };
-        let (heads_first, seq_first) = (run(AttentionLayout::Bhsd), run(AttentionLayout::Bshd));
+        let (heads_first, seq_first) = (run(HeadLayout::Bhsd), run(HeadLayout::Bshd));
         for (n, (x, y)) in heads_first.iter().zip(&seq_first).enumerate() {
             assert_eq!(x.to_bits(), y.to_bits(), "s {s} t {t}: element {n}: {x} vs {y}");
         }

@@ -35,10 +35,10 @@ impl MaskKind {
     }
 }
 
-/// The axis order of attention's q, k, v and output.
+/// The axis order of per-head values: attention's q, k, v and output, rope's x and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AttentionLayout {
+pub enum HeadLayout {
     /// `[batch, heads, seq, dim]`.
     #[default]
     Bhsd,
@@ -46,24 +46,25 @@ pub enum AttentionLayout {
     Bshd,
 }
 
-impl AttentionLayout {
-    fn is_bhsd(&self) -> bool {
-        *self == AttentionLayout::Bhsd
+impl HeadLayout {
+    /// Whether this is `Bhsd` (the default, left out of the text form).
+    pub fn is_bhsd(&self) -> bool {
+        *self == HeadLayout::Bhsd
     }
 
     /// `(batch, heads, seq, dim)` of dims in this layout (rank 4).
     pub fn bhsd<T: Clone>(self, d: &[T]) -> [T; 4] {
         match self {
-            AttentionLayout::Bhsd => [d[0].clone(), d[1].clone(), d[2].clone(), d[3].clone()],
-            AttentionLayout::Bshd => [d[0].clone(), d[2].clone(), d[1].clone(), d[3].clone()],
+            HeadLayout::Bhsd => [d[0].clone(), d[1].clone(), d[2].clone(), d[3].clone()],
+            HeadLayout::Bshd => [d[0].clone(), d[2].clone(), d[1].clone(), d[3].clone()],
         }
     }
 
     /// Dims in this layout from `(batch, heads, seq, dim)`.
     pub fn dims<T>(self, [b, h, s, d]: [T; 4]) -> Vec<T> {
         match self {
-            AttentionLayout::Bhsd => vec![b, h, s, d],
-            AttentionLayout::Bshd => vec![b, s, h, d],
+            HeadLayout::Bhsd => vec![b, h, s, d],
+            HeadLayout::Bshd => vec![b, s, h, d],
         }
     }
 
@@ -71,16 +72,16 @@ impl AttentionLayout {
     /// `heads` heads, `seq` positions and head dim `dim`.
     pub fn strides(self, heads: usize, seq: usize, dim: usize) -> [usize; 3] {
         match self {
-            AttentionLayout::Bhsd => [heads * seq * dim, seq * dim, dim],
-            AttentionLayout::Bshd => [seq * heads * dim, dim, heads * dim],
+            HeadLayout::Bhsd => [heads * seq * dim, seq * dim, dim],
+            HeadLayout::Bshd => [seq * heads * dim, dim, heads * dim],
         }
     }
 
     /// The name of its axes, for messages.
-    fn axes(self) -> &'static str {
+    pub fn axes(self) -> &'static str {
         match self {
-            AttentionLayout::Bhsd => "[batch, heads, seq, dim]",
-            AttentionLayout::Bshd => "[batch, seq, heads, dim]",
+            HeadLayout::Bhsd => "[batch, heads, seq, dim]",
+            HeadLayout::Bshd => "[batch, seq, heads, dim]",
         }
     }
 }
@@ -98,18 +99,18 @@ pub struct Attention {
     pub scale: f64,
     /// The axis order of q, k, v and the output (the custom mask is always over
     /// `[batch, heads, s, t]`).
-    #[serde(default, skip_serializing_if = "AttentionLayout::is_bhsd")]
-    pub layout: AttentionLayout,
+    #[serde(default, skip_serializing_if = "HeadLayout::is_bhsd")]
+    pub layout: HeadLayout,
 }
 
 impl Attention {
     /// Attention over `[batch, heads, seq, dim]` values.
     pub fn new(mask: MaskKind, scale: f64) -> Self {
-        Attention { mask, scale, layout: AttentionLayout::Bhsd }
+        Attention { mask, scale, layout: HeadLayout::Bhsd }
     }
 
     /// The same op over values in `layout`.
-    pub fn with_layout(self, layout: AttentionLayout) -> Self {
+    pub fn with_layout(self, layout: HeadLayout) -> Self {
         Attention { layout, ..self }
     }
 }
@@ -284,7 +285,7 @@ impl OpDef for Attention {
             // Through the [batch, heads, seq, dim] form: swap the middle axes in and out.
             let mut xs: Vec<NodeId> = ins[..3].iter().map(|&x| g.transpose(x, &[0, 2, 1, 3])).collect();
             xs.extend(ins.get(3));
-            let y = self.clone().with_layout(AttentionLayout::Bhsd).decompose(g, &xs)?;
+            let y = self.clone().with_layout(HeadLayout::Bhsd).decompose(g, &xs)?;
             return Some(g.transpose(y, &[0, 2, 1, 3]));
         }
         let (q, k, v) = (ins[0], ins[1], ins[2]);
@@ -362,7 +363,7 @@ impl OpDef for Attention {
             ));
         }
         // [batch, seq, heads, dim] values: grouped heads, a causal cache offset, a bool mask.
-        let bshd = Attention::new(MaskKind::Causal, 0.4).with_layout(AttentionLayout::Bshd);
+        let bshd = Attention::new(MaskKind::Causal, 0.4).with_layout(HeadLayout::Bshd);
         out.push(Sample::new(
             "attention/f32/bshd/causal/h4kv2s3t5",
             bshd.clone(),

@@ -1,6 +1,7 @@
 //! Rotary position embedding in the half-split layout of HF Llama/Qwen: a composite of
 //! cos/sin tables, slices and elementwise ops.
 
+use crate::ops::HeadLayout;
 use crate::ops::conv::infers;
 use crate::ops::util::{rand_f64, require_float};
 use crate::{DType, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
@@ -8,11 +9,27 @@ use serde::{Deserialize, Serialize};
 
 /// Rotates pairs `(x[i], x[i + d/2])` by the angle `pos * theta^(-2i/d)`, for i < d/2:
 /// `out[..., :d/2] = x1 cos - x2 sin`, `out[..., d/2:] = x2 cos + x1 sin`. Inputs: x
-/// `[batch, heads, s, d]` (float, d even) and positions `[s]` (integer).
+/// `[batch, heads, s, d]` (float, d even; `[batch, s, heads, d]` with layout `Bshd`) and
+/// positions `[s]` (integer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rope {
     /// The frequency base (10000 for Llama 2, 500000 for Llama 3); finite and > 0.
     pub theta: f64,
+    /// The axis order of x and the output.
+    #[serde(default, skip_serializing_if = "HeadLayout::is_bhsd")]
+    pub layout: HeadLayout,
+}
+
+impl Rope {
+    /// Rope over `[batch, heads, seq, dim]` values.
+    pub fn new(theta: f64) -> Self {
+        Rope { theta, layout: HeadLayout::Bhsd }
+    }
+
+    /// The same op over values in `layout`.
+    pub fn with_layout(self, layout: HeadLayout) -> Self {
+        Rope { layout, ..self }
+    }
 }
 
 /// `theta^(-2i/d)` for i < d/2, in f64.
@@ -37,8 +54,9 @@ impl OpDef for Rope {
             return Err(format!("theta must be finite and > 0, got {}", self.theta));
         }
         if x.rank() != 4 {
-            return Err(format!("x must have rank 4 [batch, heads, s, d], got {x}"));
+            return Err(format!("x must have rank 4 {}, got {x}", self.layout.axes()));
         }
+        let seq = &self.layout.bhsd(&x.dims)[2];
         match x.dims[3] {
             Dim::Fixed(d) if d > 0 && d % 2 == 0 => {}
             ref d => {
@@ -48,8 +66,8 @@ impl OpDef for Rope {
         if !pos.dtype.is_int() {
             return Err(format!("positions must be integers, got {}", pos.dtype));
         }
-        if pos.rank() != 1 || pos.dims[0] != x.dims[2] {
-            return Err(format!("positions must have shape [{}] (the seq dim of x), got {pos}", x.dims[2]));
+        if pos.rank() != 1 || pos.dims[0] != *seq {
+            return Err(format!("positions must have shape [{seq}] (the seq dim of x), got {pos}"));
         }
         Ok(x.clone())
     }
@@ -59,12 +77,17 @@ impl OpDef for Rope {
         };
         let pos = ins[1].to_i64_vec()?;
         let dims = ins[0].dims();
-        let (s, d) = (dims[2], dims[3]);
+        if dims.len() != 4 {
+            return Err(Error::eval("rope", format!("x must have rank 4, got {dims:?}")));
+        }
+        let [_, h, s, d] = self.layout.bhsd(&dims);
+        // Rows between consecutive positions: 1 heads first, `h` seq first.
+        let per_pos = if self.layout.is_bhsd() { 1 } else { h };
         let half = d / 2;
         let inv = rope_inv_freq(self.theta, d);
         let mut y = vec![0.0; x.len()];
         for (row, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
-            let p = pos[row % s] as f64;
+            let p = pos[row / per_pos % s] as f64;
             for (i, &f) in inv.iter().enumerate() {
                 let (c, sn) = ((p * f).cos(), (p * f).sin());
                 let (x1, x2) = (xr[i], xr[i + half]);
@@ -80,6 +103,12 @@ impl OpDef for Rope {
     fn decompose(&self, g: &mut Graph, ins: &[NodeId]) -> Option<NodeId> {
         if !infers(self, g, ins) {
             return None;
+        }
+        if !self.layout.is_bhsd() {
+            // Through the [batch, heads, seq, dim] form.
+            let xt = g.transpose(ins[0], &[0, 2, 1, 3]);
+            let y = self.clone().with_layout(HeadLayout::Bhsd).decompose(g, &[xt, ins[1]])?;
+            return Some(g.transpose(y, &[0, 2, 1, 3]));
         }
         let (x, pos) = (ins[0], ins[1]);
         let xd = g.shape(x)?.fixed_dims()?;
@@ -120,8 +149,12 @@ impl OpDef for Rope {
             let n = dims.iter().product();
             let x = HostTensor::from_f64(dims, dt, &rand_f64(n, -2.0, 2.0, 110 + i as u64)).expect("sample");
             let p = HostTensor::from_i64(&[pos.len()], pdt, pos).expect("sample");
-            out.push(Sample::new(format!("rope/{dt}{dims:?}/pos{pos:?}"), Rope { theta }, vec![x, p]));
+            out.push(Sample::new(format!("rope/{dt}{dims:?}/pos{pos:?}"), Rope::new(theta), vec![x, p]));
         }
+        // [batch, seq, heads, dim]: 3 positions, 2 heads.
+        let x = HostTensor::from_f64(&[2, 3, 2, 6], DType::F32, &rand_f64(72, -2.0, 2.0, 120)).expect("sample");
+        let p = HostTensor::from_i64(&[3], DType::I64, &[4, 0, 9]).expect("sample");
+        out.push(Sample::new("rope/f32/bshd", Rope::new(10000.0).with_layout(HeadLayout::Bshd), vec![x, p]));
         out
     }
 }
@@ -129,6 +162,6 @@ impl OpDef for Rope {
 impl Graph {
     /// Rotary embedding of x `[batch, heads, s, d]` at integer `positions` `[s]`.
     pub fn rope(&mut self, x: NodeId, positions: NodeId, theta: f32) -> NodeId {
-        self.add_node(Rope { theta: theta as f64 }, &[x, positions])
+        self.add_node(Rope::new(theta as f64), &[x, positions])
     }
 }

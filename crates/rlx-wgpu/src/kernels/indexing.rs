@@ -203,18 +203,20 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds }]))
 }
 
-/// Half-split rotary embedding on x `[b, h, s, d]` with positions `[s]`.
+/// Half-split rotary embedding on x `[b, h, s, d]` (`[b, s, h, d]` with layout `Bshd`) with
+/// positions `[s]`.
 fn rope(ctx: &Ctx<'_>) -> Result<Plan> {
     let Op::Rope(op) = ctx.op else { return Err(super::unsupported(ctx, "not rope")) };
-    let xd = ctx.in_dims(0);
-    let (s, d) = (xd[2], xd[3]);
+    let [_, h, s, d] = op.layout.bhsd(&ctx.in_dims(0));
+    // Rows between consecutive positions: 1 heads first, `h` seq first.
+    let per_pos = if op.layout.is_bhsd() { 1 } else { h };
     let half = d / 2;
     let freqs: Vec<String> = rope_inv_freq(op.theta, d).iter().map(|&f| literal(f)).collect();
     let n = ctx.out_numel();
     let extra = format!("var<private> FREQ: array<f32, {half}> = array<f32, {half}>({});\n", freqs.join(", "));
     let body = format!(
         "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
-         let c = i % {d}u;\nlet row = i / {d}u;\nlet sp = row % {s}u;\n{read}\
+         let c = i % {d}u;\nlet row = i / {d}u;\nlet sp = row / {per_pos}u % {s}u;\n{read}\
          let pos = f32(bitcast<i32>(hi)) * 4294967296.0 + f32(lo);\n\
          let k = c % {half}u;\nlet ang = pos * FREQ[k];\nlet cs = cos(ang);\nlet sn = sin(ang);\n\
          let x1 = f32(x[row * {d}u + k]);\nlet x2 = f32(x[row * {d}u + k + {half}u]);\n\
