@@ -42,11 +42,20 @@ pub struct PipelineOptions {
     /// Merge sibling matmuls into `stacked_matmul` (with `fuse`; `RLX_MERGE_MATMUL=0` also
     /// turns it off, for A/B runs).
     pub merge_matmuls: bool,
+    /// Let attention and rope read `[batch, seq, heads, dim]` values in place on backends that
+    /// honor it (`RLX_HEAD_LAYOUT=0` also turns it off, for A/B runs).
+    pub head_layout: bool,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
-        PipelineOptions { precision: PrecisionPolicy::F32, simplify: true, fuse: true, merge_matmuls: true }
+        PipelineOptions {
+            precision: PrecisionPolicy::F32,
+            simplify: true,
+            fuse: true,
+            merge_matmuls: true,
+            head_layout: true,
+        }
     }
 }
 
@@ -198,7 +207,8 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         // Named patterns only before legalize: a decomposed attention is never re-formed.
         let mut with_patterns = sets.clone();
         with_patterns.extend(supports_attention(backend).then_some(crate::patterns::ATTENTION));
-        with_patterns.extend(honors_head_layout(backend).then_some(crate::patterns::HEAD_LAYOUT));
+        let head_layout = opts.head_layout && std::env::var("RLX_HEAD_LAYOUT").map_or(true, |v| v != "0");
+        with_patterns.extend((head_layout && honors_head_layout(backend)).then_some(crate::patterns::HEAD_LAYOUT));
         with_patterns.extend(
             crate::cross_entropy::supports_cross_entropy(backend)
                 .then_some(crate::cross_entropy::SOFTMAX_CROSS_ENTROPY),

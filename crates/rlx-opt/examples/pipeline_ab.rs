@@ -1,9 +1,11 @@
-//! A/B of sibling matmul merging (`stacked_matmul`) on the CPU in one process: the MiniLM-shaped
-//! encoder (1 x 128) and a Qwen3-style decoder layer (prefill 128, decode 1), compiled with and
-//! without the merge, run alternately, and a SwiGLU MLP block alone (gate and up combined);
-//! prints node counts, kernel steps and medians.
+//! A/B of one pipeline switch on the CPU in one process: sibling matmul merging
+//! (`stacked_matmul`, `merge`) or per-head values read in place (`head_layout`). The
+//! MiniLM-shaped encoder (1 x 128) and a Qwen3-style decoder layer (prefill 128, decode 1),
+//! compiled with and without the switch, run alternately, and (merge) a SwiGLU MLP block alone
+//! (gate and up combined); prints node counts, kernel steps and medians.
 //!
-//! `cargo run --release -p rlx-opt --example merge_ab [runs] [rounds]`
+//! `cargo run --release -p rlx-opt --example pipeline_ab [merge|head_layout] [runs] [rounds]`
+//! (this was `merge_ab [runs] [rounds]`)
 
 use rlx_driver::{Backend, Executable};
 use rlx_ir::ops::util::rand_f64;
@@ -61,10 +63,20 @@ fn steps(g: &Graph) -> usize {
     g.nodes().iter().filter(|n| !n.op.def().traits().contains(OpTraits::LEAF) && !n.inputs.is_empty()).count() - views
 }
 
-fn ab(g: Graph, runs: usize, rounds: usize) -> Result<()> {
+/// The pipeline switch under test.
+#[derive(Clone, Copy, PartialEq)]
+enum Switch {
+    Merge,
+    HeadLayout,
+}
+
+fn ab(g: Graph, switch: Switch, runs: usize, rounds: usize) -> Result<()> {
     let cpu = rlx_cpu::CpuBackend::new();
     let on = PipelineOptions::default();
-    let off = PipelineOptions { merge_matmuls: false, ..on };
+    let off = match switch {
+        Switch::Merge => PipelineOptions { merge_matmuls: false, ..on },
+        Switch::HeadLayout => PipelineOptions { head_layout: false, ..on },
+    };
     let (ga, ra) = compile_with(g.clone(), &cpu, off)?;
     let (gb, rb) = compile_with(g.clone(), &cpu, on)?;
     let (mut a, mut b) = (cpu.compile(&ga)?, cpu.compile(&gb)?);
@@ -100,7 +112,7 @@ fn ab(g: Graph, runs: usize, rounds: usize) -> Result<()> {
         rb.memory.arena_bytes
     );
     println!(
-        "  cpu median of {rounds} rounds (each a median of {runs} runs): {ma:.3} ms without merge, {mb:.3} ms with (ratio {:.3}x); max |diff| {diff:.2e}",
+        "  cpu median of {rounds} rounds (each a median of {runs} runs): {ma:.3} ms without, {mb:.3} ms with (ratio {:.3}x); max |diff| {diff:.2e}",
         ma / mb
     );
     println!("  rounds without: {ta:.3?}\n  rounds with:    {tb:.3?}");
@@ -121,12 +133,21 @@ fn swiglu_mlp(s: usize, d: usize, ffn: usize) -> Graph {
 }
 
 fn main() -> Result<()> {
+    let switch = match std::env::args().nth(1).as_deref() {
+        None | Some("merge") => Switch::Merge,
+        Some("head_layout") => Switch::HeadLayout,
+        Some(other) => {
+            return Err(rlx_ir::Error::eval("pipeline_ab", format!("unknown switch `{other}`: merge or head_layout")));
+        }
+    };
     let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (runs, rounds) = (arg(1, 20), arg(2, 7));
-    ab(zoo::bert_encoder(128, 384, 12, 1536, 6), runs, rounds)?;
-    ab(zoo::qwen3_decoder(128, 1024, 16, 8, 128, 3072), runs.div_ceil(4), rounds)?;
-    ab(zoo::qwen3_decoder(1, 1024, 16, 8, 128, 3072), runs, rounds)?;
-    ab(swiglu_mlp(128, 1024, 3072), runs.div_ceil(4), rounds)?;
-    ab(swiglu_mlp(1, 1024, 3072), runs, rounds)?;
+    let (runs, rounds) = (arg(2, 20), arg(3, 7));
+    ab(zoo::bert_encoder(128, 384, 12, 1536, 6), switch, runs, rounds)?;
+    ab(zoo::qwen3_decoder(128, 1024, 16, 8, 128, 3072), switch, runs.div_ceil(4), rounds)?;
+    ab(zoo::qwen3_decoder(1, 1024, 16, 8, 128, 3072), switch, runs, rounds)?;
+    if switch == Switch::Merge {
+        ab(swiglu_mlp(128, 1024, 3072), switch, runs.div_ceil(4), rounds)?;
+        ab(swiglu_mlp(1, 1024, 3072), switch, runs, rounds)?;
+    }
     Ok(())
 }
