@@ -8,37 +8,12 @@
 //! (this was `merge_ab [runs] [rounds]`)
 
 use rlx_driver::{Backend, Executable};
-use rlx_ir::ops::util::rand_f64;
-use rlx_ir::{DType, Graph, HostTensor, Op, OpTraits, Result};
+use rlx_ir::{DType, Graph, OpTraits, Result};
 use rlx_opt::{FusionKind, PipelineOptions, compile_with, zoo};
 use std::time::Instant;
 
-/// Feeds every input and param with seeded values (the same for both graphs).
-fn prepare(exe: &mut dyn Executable, g: &Graph) -> Result<Vec<Vec<u8>>> {
-    let (mut inputs, mut pi) = (vec![], 0);
-    for n in g.nodes() {
-        let (shape, is_param, name) = match &n.op {
-            Op::Input(x) => (&x.shape, false, &x.name),
-            Op::Param(x) => (&x.shape, true, &x.name),
-            _ => continue,
-        };
-        let d = shape.fixed_dims().unwrap_or_default();
-        let len: usize = d.iter().product();
-        let t = if shape.dtype == DType::I64 {
-            HostTensor::from_i64(&d, DType::I64, &(0..len as i64).collect::<Vec<_>>())?
-        } else {
-            let seed = name.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
-            HostTensor::from_f64(&d, shape.dtype, &rand_f64(len, -0.1, 0.1, seed))?
-        };
-        if is_param {
-            exe.set_param(pi, &t.to_bytes())?;
-            pi += 1;
-        } else {
-            inputs.push(t.to_bytes());
-        }
-    }
-    Ok(inputs)
-}
+mod common;
+use common::prepare;
 
 /// Median ms of `runs` runs (after two warm-up runs, which also pack the weights).
 fn median_ms(exe: &mut dyn Executable, inputs: &[Vec<u8>], out: &mut [Vec<u8>], runs: usize) -> Result<f64> {
