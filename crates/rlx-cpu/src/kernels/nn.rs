@@ -2,7 +2,7 @@
 //! layer_norm and rms_norm (last axis) and rope. Each lane is read once into a compute-type
 //! buffer, reduced and written once; rows are split across the shared pool when large enough.
 
-use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8};
+use super::math::{Compute, Real, SharedMut, avx2_fma, exp_shift, max8, sum8, sum32, sum32x2};
 use super::{FLOATS, Kernel, KernelBuilder, KernelCtx, NUMERIC, unsupported};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
@@ -151,11 +151,20 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
         parallel_for(tasks, &|task| {
             let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
             for r in share(task, tasks, rows) {
+                // SAFETY: rows are disjoint, each task writes only its own rows.
+                let out = unsafe { y.slice(r * n, n) };
+                if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
+                    // f32/f64 (T is T::C): normalized in place in the output row.
+                    // SAFETY: same size means the same type here, so the same layout.
+                    let row = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T::C, n) };
+                    super::half_vec::load(&x[r * n..(r + 1) * n], row);
+                    norm_simd::<T::C>(simd, row, gamma, beta, eps, layer);
+                    continue;
+                }
                 // f16/bf16 rows are widened and narrowed with SIMD (half_vec.rs).
                 super::half_vec::load(&x[r * n..(r + 1) * n], &mut buf);
                 norm_simd::<T::C>(simd, &mut buf, gamma, beta, eps, layer);
-                // SAFETY: rows are disjoint, each task writes only its own rows.
-                super::half_vec::store(&buf, unsafe { y.slice(r * n, n) });
+                super::half_vec::store(&buf, out);
             }
         });
         Ok(())
@@ -164,23 +173,24 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
 
 crate::simd_entry!(pub(super) norm_simd = norm_row<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
 
-/// Layer norm (two-pass: mean, then the variance of the centred row) or rms norm, in place.
+/// Layer norm (the variance of the row centred on a first mean) or rms norm, in place; the
+/// sums keep 32 partial sums, so a row is not bound by the add latency.
 #[inline(always)]
 fn norm_row<C: Real, const FMA: bool>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool) {
     let inv_n = C::ONE / C::from_f64(v.len() as f64);
     if layer {
-        // Centre on a first mean, then on the mean of the (exact) differences: rows far from 0
-        // with a small spread keep their precision without forming the mean itself.
-        let m1 = sum8(v, |x| x) * inv_n;
-        v.iter_mut().for_each(|x| *x = *x - m1);
-        let c = sum8(v, |x| x) * inv_n;
-        let var = sum8(v, |x| (x - c) * (x - c)) * inv_n;
+        // Centre on a first mean m1; the differences' own mean c is tiny, and their mean square
+        // minus c^2 is their variance: rows far from 0 with a small spread keep their precision.
+        let m1 = sum32(v, |x| x) * inv_n;
+        let (sd, sq) = sum32x2(v, |x| x - m1, |x| (x - m1) * (x - m1));
+        let c = sd * inv_n;
+        let var = C::max_nan(sq * inv_n - c * c, C::ZERO);
         let r = C::ONE / (var + eps).sqrt();
         for ((x, &g), &bt) in v.iter_mut().zip(gamma).zip(beta) {
-            *x = C::madd::<FMA>((*x - c) * r, g, bt);
+            *x = C::madd::<FMA>((*x - m1 - c) * r, g, bt);
         }
     } else {
-        let ms = sum8(v, |x| x * x) * inv_n;
+        let ms = sum32(v, |x| x * x) * inv_n;
         let r = C::ONE / (ms + eps).sqrt();
         for (x, &g) in v.iter_mut().zip(gamma) {
             *x = *x * r * g;
