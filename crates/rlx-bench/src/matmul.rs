@@ -63,6 +63,10 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
             }
         }
         let gf = |ms: f64| 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
+        // `RLX_BENCH_TRACE=1`: every RLX run's GFLOP/s in order (shows rounds that ran slow).
+        if std::env::var("RLX_BENCH_TRACE").is_ok() {
+            eprintln!("{n}: RLX runs, GFLOP/s: {:?}", rlx.ms.iter().map(|&m| gf(m).round()).collect::<Vec<_>>());
+        }
         let (g_rlx, g_c, g_np, g_jx) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)), gf(median(&jx)));
         // A missing peer is NaN: f64::max ignores it.
         let best = g_c.max(g_np).max(g_jx);
