@@ -279,9 +279,8 @@ impl<C: Real> Scratch<C> {
 /// A whole input in the compute type: borrowed when the storage is the compute type, else
 /// converted into `buf` (sized at build time).
 fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
-    if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
-        // SAFETY: same size means T is T::C here (f32 -> f32 or f64 -> f64).
-        return unsafe { std::slice::from_raw_parts(x.as_ptr() as *const T::C, x.len()) };
+    if let Some(same) = super::half_vec::cast::<T, T::C>(x) {
+        return same;
     }
     // Widened with SIMD (f16/bf16), in pieces spread over the pool when large.
     let n = x.len();
@@ -300,7 +299,7 @@ const WIDEN_PIECE: usize = 1 << 16;
 
 fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
     let slots: Vec<Mutex<Scratch<T::C>>> = (0..num_threads()).map(|_| Mutex::new(Scratch::new(&g))).collect();
-    let convert = std::mem::size_of::<T>() != std::mem::size_of::<T::C>();
+    let convert = super::half_vec::cast::<T, T::C>(&[]).is_none();
     let size = |n: usize| if convert { n } else { 0 };
     let (nq, nk, nv) = (g.b * g.h * g.s * g.d, g.b * g.kvh * g.t * g.d, g.b * g.kvh * g.t * g.dv);
     let mut conv = (vec![T::C::ZERO; size(nq)], vec![T::C::ZERO; size(nk)], vec![T::C::ZERO; size(nv)]);

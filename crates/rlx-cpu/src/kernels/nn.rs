@@ -131,7 +131,8 @@ fn norm(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 
 fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kernel {
     let tasks = tasks_for(rows, n);
-    let bufs = scratch::<T::C>(tasks, n);
+    // Widening scratch for f16/bf16 rows; f32/f64 rows are normalized in the output.
+    let bufs = scratch::<T::C>(tasks, if super::half_vec::is_half::<T>() { n } else { 0 });
     // gamma and beta in the compute type, refreshed every run (params may change between runs).
     let mut gb = vec![T::C::ZERO; 2 * n];
     let simd = avx2_fma();
@@ -153,10 +154,8 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
             for r in share(task, tasks, rows) {
                 // SAFETY: rows are disjoint, each task writes only its own rows.
                 let out = unsafe { y.slice(r * n, n) };
-                if std::mem::size_of::<T>() == std::mem::size_of::<T::C>() {
-                    // f32/f64 (T is T::C): normalized in place in the output row.
-                    // SAFETY: same size means the same type here, so the same layout.
-                    let row = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut T::C, n) };
+                // f32/f64 (T is T::C): normalized in place in the output row.
+                if let Some(row) = super::half_vec::cast_mut::<T, T::C>(out) {
                     super::half_vec::load(&x[r * n..(r + 1) * n], row);
                     norm_simd::<T::C>(simd, row, gamma, beta, eps, layer);
                     continue;
@@ -205,8 +204,7 @@ fn rope(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         return Err(unsupported(ctx));
     }
     let [_, h, s, d] = op.layout.bhsd(&dims);
-    // Rows between consecutive positions: 1 heads first, `h` seq first.
-    let per_pos = if op.layout.is_bhsd() { 1 } else { h };
+    let per_pos = op.layout.rows_per_position(h);
     let inv = rlx_ir::ops::rope::rope_inv_freq(op.theta, d);
     let pdt = ctx.ins[1].dtype;
     with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(dims.iter().product(), (s, per_pos), d, inv)),

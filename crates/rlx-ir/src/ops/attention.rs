@@ -77,6 +77,15 @@ impl HeadLayout {
         }
     }
 
+    /// Rows of `dim` elements between consecutive positions of one head: 1 heads first, `heads`
+    /// seq first (row r of a contiguous tensor is at position `r / this % seq`).
+    pub fn rows_per_position(self, heads: usize) -> usize {
+        match self {
+            HeadLayout::Bhsd => 1,
+            HeadLayout::Bshd => heads,
+        }
+    }
+
     /// The name of its axes, for messages.
     pub fn axes(self) -> &'static str {
         match self {
@@ -210,20 +219,16 @@ impl OpDef for Attention {
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {
         let l = self.layout;
-        let dims = |t: &HostTensor| -> Result<[usize; 4]> {
-            let d = t.dims();
-            if d.len() != 4 {
-                return Err(Error::eval("attention", format!("rank-4 inputs expected, got {:?}", d)));
-            }
-            Ok(l.bhsd(&d))
-        };
-        // Values in [batch, heads, seq, dim] order.
-        let f = |t: &HostTensor| -> Result<Vec<f64>> {
+        // Dims and values in [batch, heads, seq, dim] order.
+        let f = |t: &HostTensor| -> Result<([usize; 4], Vec<f64>)> {
+            let d: [usize; 4] = t
+                .dims()
+                .try_into()
+                .map_err(|d: Vec<usize>| Error::eval("attention", format!("rank-4 inputs expected, got {d:?}")))?;
             let x = t.to_f64_vec()?;
-            Ok(if l.is_bhsd() { x } else { swap_middle(&x, t.dims().try_into().expect("rank 4")) })
+            Ok((l.bhsd(&d), if l.is_bhsd() { x } else { swap_middle(&x, d) }))
         };
-        let (qd, kd, vd) = (dims(ins[0])?, dims(ins[1])?, dims(ins[2])?);
-        let (q, k, v) = (f(ins[0])?, f(ins[1])?, f(ins[2])?);
+        let ((qd, q), (kd, k), (vd, v)) = (f(ins[0])?, f(ins[1])?, f(ins[2])?);
         let (b, h, s, d) = (qd[0], qd[1], qd[2], qd[3]);
         let (kvh, t, dv) = (kd[1], kd[2], vd[3]);
         if kvh == 0 || h % kvh != 0 {

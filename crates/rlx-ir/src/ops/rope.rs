@@ -81,8 +81,7 @@ impl OpDef for Rope {
             return Err(Error::eval("rope", format!("x must have rank 4, got {dims:?}")));
         }
         let [_, h, s, d] = self.layout.bhsd(&dims);
-        // Rows between consecutive positions: 1 heads first, `h` seq first.
-        let per_pos = if self.layout.is_bhsd() { 1 } else { h };
+        let per_pos = self.layout.rows_per_position(h);
         let half = d / 2;
         let inv = rope_inv_freq(self.theta, d);
         let mut y = vec![0.0; x.len()];

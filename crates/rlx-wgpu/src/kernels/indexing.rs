@@ -208,8 +208,7 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
 fn rope(ctx: &Ctx<'_>) -> Result<Plan> {
     let Op::Rope(op) = ctx.op else { return Err(super::unsupported(ctx, "not rope")) };
     let [_, h, s, d] = op.layout.bhsd(&ctx.in_dims(0));
-    // Rows between consecutive positions: 1 heads first, `h` seq first.
-    let per_pos = if op.layout.is_bhsd() { 1 } else { h };
+    let per_pos = op.layout.rows_per_position(h);
     let half = d / 2;
     let freqs: Vec<String> = rope_inv_freq(op.theta, d).iter().map(|&f| literal(f)).collect();
     let n = ctx.out_numel();
