@@ -5,17 +5,58 @@
 use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MC, MatMut, MatRef, nc_block, pack};
 use crate::threads;
 
-/// The k block for kernel `kern`: all of k up to 1.5 x its `kc` (one pass, no re-accumulation
-/// of C: the m = 128 model shapes), else even blocks of at most `kc`, so a B micro-panel and the
-/// A micro-panel stay in L1 together.
+/// The k block for kernel `kern`: all of k up to its `kc`, or up to 1.5 x `kc` while the B
+/// micro-panel of all k stays within `ONE_PASS_B_BYTES` (one pass, no re-accumulation of C: the
+/// k = 384 model shapes on the 6- and 8-row tiles), else even blocks of at most `kc`, so a B
+/// micro-panel and the A micro-panel stay in cache together.
 pub(super) fn kc_for<T>(k: usize, kern: &Kernel<T>) -> usize {
-    if k <= kern.kc * 3 / 2 { k.max(1) } else { k.div_ceil(k.div_ceil(kern.kc)) }
+    let panel_bytes = k * kern.nr * std::mem::size_of::<T>();
+    if k <= kern.kc || (k <= kern.kc * 3 / 2 && panel_bytes <= ONE_PASS_B_BYTES) {
+        k.max(1)
+    } else {
+        k.div_ceil(k.div_ceil(kern.kc))
+    }
 }
+
+/// Largest B micro-panel `kc_for` lets past a kernel's `kc` (it must share L1 with A).
+const ONE_PASS_B_BYTES: usize = 32 << 10;
 
 /// Whether micro-kernels read A in place (row-major, its m x kc block small enough to stay in
 /// L2) instead of from a packed copy.
 pub(super) fn direct_a<T>(m: usize, k: usize, a: MatRef<T>, kern: &Kernel<T>) -> bool {
     a.cs == 1 && m * kc_for(k, kern) * std::mem::size_of::<T>() <= DIRECT_A_BYTES
+}
+
+/// Where `gemm_direct`'s micro-kernels read A: in place (row-major), or from MR-row panels of all
+/// k columns packed once for the whole product (`pack_a_panels`: fixed offsets, one stream).
+#[derive(Clone, Copy)]
+pub(super) enum ASrc<T> {
+    /// Row-major, read in place.
+    Rows(MatRef<T>),
+    /// Panel t (rows t * MR ..) at `ptr + t * MR * k`, element (i, p) at `p * MR + i`.
+    Panels(*const T),
+}
+
+// SAFETY: read-only data that callers keep alive during the call.
+unsafe impl<T: Sync> Sync for ASrc<T> {}
+unsafe impl<T: Sync> Send for ASrc<T> {}
+
+impl<T: GemmElem> ASrc<T> {
+    /// The view of rows `ir..` from column `pc` (`ir` a multiple of `mr` for panels).
+    fn tile(&self, ir: usize, pc: usize, k: usize, mr: usize) -> MatRef<T> {
+        match *self {
+            ASrc::Rows(a) => MatRef { ptr: a.ptr.wrapping_offset(ir as isize * a.rs + pc as isize), rs: a.rs, cs: 1 },
+            ASrc::Panels(p) => MatRef { ptr: p.wrapping_add(ir * k + pc * mr), rs: 1, cs: mr as isize },
+        }
+    }
+
+    /// The rows from `i0` on (a multiple of `mr` for panels).
+    pub(super) fn skip_rows(self, i0: usize, k: usize) -> Self {
+        match self {
+            ASrc::Rows(a) => ASrc::Rows(a.skip_rows(i0)),
+            ASrc::Panels(p) => ASrc::Panels(p.wrapping_add(i0 * k)),
+        }
+    }
 }
 
 /// Grows `buf` to at least `len` elements (once; warm calls allocate nothing).
@@ -93,7 +134,7 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
     }
     if direct_a(m, k, a, kern) {
         // SAFETY: forwarded.
-        return unsafe { gemm_direct(kern, m, n, k, a, b, c, j0, slot, epi) };
+        return unsafe { gemm_direct(kern, m, n, k, ASrc::Rows(a), b, c, j0, slot, epi) };
     }
     let kcm = kc_for(k, kern);
     T::with_buffers(slot, |pa, pb| {
@@ -138,7 +179,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
     m: usize,
     n: usize,
     k: usize,
-    a: MatRef<T>,
+    a: ASrc<T>,
     b: BSrc<T>,
     c: MatMut<T>,
     j0: usize,
@@ -156,14 +197,10 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
                 let kc = kcm.min(k - pc);
                 // SAFETY: the block lies inside B.
                 unsafe { b.pack(kern, pc, kc, j0 + jg, nc, pb) };
-                let ap = |ir: usize| MatRef {
-                    ptr: a.ptr.wrapping_offset(ir as isize * a.rs + pc as isize),
-                    rs: a.rs,
-                    cs: 1,
-                };
+                let ap = |ir: usize| a.tile(ir, pc, k, kern.mr);
                 let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jg, jr);
                 let cb = MatMut { ptr: c.ptr.wrapping_add(j0 + jg), rs: c.rs };
-                // SAFETY: A is read in place over its rows; the block lies inside C.
+                // SAFETY: A (in place or packed) covers the rows; the block lies inside C.
                 unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0) };
             }
             if let Some(f) = epi {

@@ -51,6 +51,9 @@ fn check(m: usize, n: usize, k: usize) {
         // as NEON's 8 x 12) and a shallow k block.
         let odd = Kernel { name: "portable-5x12", mr: 5, nr: 12, kc: 100, micro: kernels::generic::<f32, 5, 12> };
         check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
+        // A tile of more than 8 rows: wide products read A from panels packed once.
+        let tall = Kernel { name: "portable-13x8", mr: 13, nr: 8, kc: 64, micro: kernels::generic::<f32, 13, 8> };
+        check_kernel(&tall, threads, m, n, k, &a, &b, &want, 1e-3);
     }
 }
 
