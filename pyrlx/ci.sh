@@ -8,6 +8,9 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv --system-site-packages "$venv"
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# maturin's build hook runs the `maturin` program: the venv's bin must be on PATH (a fresh
+# machine has no maturin elsewhere).
+export PATH="$PWD/$venv/bin:$PATH"
 "$venv/bin/python" -m pip install -q maturin pytest numpy ml_dtypes
 # Its own target dir: no lock contention with the workspace build, and reused between runs. The
 # `ci` profile (opt-level 1) builds faster than release; benchmarks use `maturin develop --release`.
