@@ -530,6 +530,11 @@ unsafe fn gemm_with<T: GemmElem>(
             }
             let shifted = |i: usize, r: usize, j: usize, w: usize| epi.map_or((), |f| f(i0 + i, r, j, w));
             let epi_t = epi.map(|_| &shifted as Epilogue<'_>);
+            // Tasks are claimed in order: this thread's next one is most likely `threads` on;
+            // its first B panel is prefetched during this one's last pass.
+            let next = t + threads;
+            let next_j =
+                (next < row_blocks * col_blocks).then(|| span(next % col_blocks, col_blocks, tiles_n, nr, n).0);
             // SAFETY: tasks own disjoint blocks of C.
             unsafe {
                 gemm_direct(
@@ -540,7 +545,7 @@ unsafe fn gemm_with<T: GemmElem>(
                     a_src.skip_rows(i0, k),
                     b,
                     c.skip_rows(i0),
-                    j0,
+                    (j0, next_j),
                     threads::slot(),
                     epi_t,
                 )
