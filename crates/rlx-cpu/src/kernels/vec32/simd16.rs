@@ -110,9 +110,11 @@ pub fn exp16(x: __m512) -> __m512 {
         _mm512_fnmadd_ps
     );
     let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)));
+    // Underflowing lanes are zeroed before the scaling (a subnormal product is a microcode assist
+    // on Intel; -inf lanes are common in softmax).
+    let y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, splat(-87.336_55)), y, _mm512_setzero_ps());
     let y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
-    let y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(88.722_83)), y, splat(f32::INFINITY));
-    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, splat(-87.336_55)), y, _mm512_setzero_ps())
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(88.722_83)), y, splat(f32::INFINITY))
 }
 
 /// `erf8` on 16 lanes.

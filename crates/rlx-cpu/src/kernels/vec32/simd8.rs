@@ -109,9 +109,11 @@ pub fn exp8(x: __m256) -> __m256 {
         _mm256_fnmadd_ps
     );
     let bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    // Underflowing lanes are zeroed before the scaling: their product would be subnormal (a
+    // microcode assist on Intel for the whole instruction; -inf lanes are common in softmax).
+    let y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, splat(-87.336_55), _CMP_LT_OQ));
     let y = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-    let y = _mm256_blendv_ps(y, splat(f32::INFINITY), _mm256_cmp_ps(x, splat(88.722_83), _CMP_GT_OQ));
-    _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, splat(-87.336_55), _CMP_LT_OQ))
+    _mm256_blendv_ps(y, splat(f32::INFINITY), _mm256_cmp_ps(x, splat(88.722_83), _CMP_GT_OQ))
 }
 
 /// `erf_f32` on 8 lanes: the same polynomial, with fused multiply-adds.
