@@ -10,6 +10,7 @@ pub mod elem;
 pub mod exec;
 pub mod gemm;
 pub mod kernels;
+mod prefetch;
 pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};

@@ -73,18 +73,6 @@ enum Prefetch<T> {
     },
 }
 
-/// Asks for the cache line at `addr` in L2 (a hint: never faults).
-#[inline(always)]
-fn prefetch_l2(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint and never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
 /// Grows `buf` to at least `len` elements (once; warm calls allocate nothing).
 pub(super) fn ensure<T: GemmElem>(buf: &mut Vec<T>, len: usize) {
     if buf.len() < len {
@@ -124,7 +112,7 @@ unsafe fn tiles<T>(
         for (t, ir) in (0..m).step_by(mr).enumerate() {
             if let Some(next) = next {
                 let from = t * per_tile;
-                (from..(from + per_tile).min(lines)).for_each(|l| prefetch_l2(next + l * 64));
+                (from..(from + per_tile).min(lines)).for_each(|l| crate::prefetch::to_l2(next + l * 64));
             }
             let cp = c.ptr.wrapping_offset(ir as isize * c.rs + jr as isize);
             // SAFETY: A covers the tile's rows and kc columns, the B panel holds kc*NR elements;

@@ -74,18 +74,6 @@ const PIECE: usize = 512;
 /// Pieces ahead whose inputs are prefetched.
 const AHEAD: usize = 4;
 
-/// Asks for the cache line holding `addr` (a hint: never faults).
-#[inline(always)]
-fn prefetch_line(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint and never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
 /// An operand's values for one run: a slice as long as the run, or one value.
 #[derive(Clone, Copy)]
 enum Rhs<'a, T> {
@@ -166,7 +154,7 @@ impl<T: FloatElem> RowPlan<T> {
             self.prefetch(s, len, ins);
             if !whole {
                 let first = out as usize + s * std::mem::size_of::<T>();
-                (first..first + len * std::mem::size_of::<T>()).step_by(64).for_each(prefetch_line);
+                (first..first + len * std::mem::size_of::<T>()).step_by(64).for_each(crate::prefetch::to_l1);
             }
         };
         (0..count).take(AHEAD).for_each(fetch);
@@ -188,7 +176,7 @@ impl<T: FloatElem> RowPlan<T> {
                 if s + len <= l {
                     let bytes = len * std::mem::size_of::<T>();
                     let first = p + s * std::mem::size_of::<T>();
-                    (first..first + bytes).step_by(64).for_each(prefetch_line);
+                    (first..first + bytes).step_by(64).for_each(crate::prefetch::to_l1);
                 }
             }
         }
