@@ -1,6 +1,7 @@
 //! The CPU thread pool: one per process, shared by every compiled graph, so several graphs never
 //! oversubscribe the cores. Its size respects the affinity mask and `RLX_NUM_THREADS`; each
-//! worker is pinned to its own CPU of the mask (`worker_cpus`, `RLX_PIN_THREADS=0` turns it off).
+//! worker is pinned to its own CPU of the mask, away from the caller's (`pin`,
+//! `RLX_PIN_THREADS=0` turns it off).
 //!
 //! `parallel_for` hands one job at a time to the workers through a mutex and condvars; it
 //! allocates nothing per call, and concurrent callers take turns. Workers and the caller spin
@@ -9,6 +10,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
+
+mod pin;
 
 /// Threads RLX uses: `RLX_NUM_THREADS` if set to a positive number, else the CPUs this process
 /// may run on (the affinity mask and cgroup quota, via `available_parallelism`).
@@ -78,6 +81,8 @@ struct Pool {
     finished_cv: Condvar,
     turn: Mutex<u64>,
     panicked: AtomicUsize,
+    /// The workers' CPUs, where they are pinned.
+    pins: Option<pin::Pins>,
 }
 
 static POOL: OnceLock<&'static Pool> = OnceLock::new();
@@ -110,14 +115,13 @@ fn pool() -> &'static Pool {
             finished_cv: Condvar::new(),
             turn: Mutex::new(0),
             panicked: AtomicUsize::new(0),
+            pins: pin::Pins::new(num_threads() - 1),
         }));
-        let cpus = worker_cpus(num_threads() - 1);
         for i in 1..num_threads() {
-            let cpu = cpus.as_ref().map(|c| c[i - 1]);
             let spawned = std::thread::Builder::new().name(format!("rlx-cpu-{i}")).spawn(move || {
                 SLOT.with(|c| c.set(i));
-                if let Some(cpu) = cpu {
-                    pin_to(cpu);
+                if let Some(pins) = &pool.pins {
+                    pins.start(i - 1);
                 }
                 worker(pool)
             });
@@ -128,65 +132,6 @@ fn pool() -> &'static Pool {
         pool
     })
 }
-
-/// The CPUs to pin the workers to, one each: those of the affinity mask other than the one the
-/// creating thread runs on. None where pinning is off (`RLX_PIN_THREADS=0`), the mask has fewer
-/// CPUs than threads, or the platform has no affinity calls.
-///
-/// Pinned, a worker woken after idle runs on its own CPU: unpinned, Linux on KVM often queued it
-/// behind the caller on the caller's CPU (an idle vCPU reads as preempted), and the job ran on one
-/// core until the next time slice (`examples/pool_probe.rs` shows it).
-fn worker_cpus(workers: usize) -> Option<Vec<usize>> {
-    if workers == 0 || std::env::var("RLX_PIN_THREADS").is_ok_and(|v| v == "0") {
-        return None;
-    }
-    let (mut cpus, current) = affinity()?;
-    if cpus.len() < workers + 1 {
-        return None;
-    }
-    if let Some(i) = cpus.iter().position(|&c| c == current) {
-        cpus.remove(i);
-    } else {
-        cpus.pop();
-    }
-    cpus.truncate(workers);
-    Some(cpus)
-}
-
-/// The CPUs of this thread's affinity mask, and the one it runs on now.
-#[cfg(target_os = "linux")]
-fn affinity() -> Option<(Vec<usize>, usize)> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return None;
-    }
-    // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
-    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
-    // SAFETY: sched_getcpu takes no arguments.
-    let current = unsafe { libc::sched_getcpu() };
-    Some((cpus, usize::try_from(current).ok()?))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn affinity() -> Option<(Vec<usize>, usize)> {
-    None
-}
-
-/// Restricts the calling thread to `cpu` (best effort: a refusal leaves it unpinned).
-#[cfg(target_os = "linux")]
-fn pin_to(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` came from the affinity mask, below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin_to(_cpu: usize) {}
 
 /// Claims and runs tasks of the current job until none are left.
 fn run_tasks(p: &Pool, f: *const Task, tasks: usize, generation: u64) {
@@ -260,6 +205,9 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     let p = pool();
     // One job at a time: concurrent callers wait for their turn.
     let mut turn = p.turn.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(pins) = &p.pins {
+        pins.follow_caller();
+    }
     *turn += 1;
     let generation = *turn;
     let task: &(dyn Fn(usize) + Sync + '_) = f;
@@ -290,21 +238,6 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn workers_pin_to_distinct_cpus_of_the_mask_and_never_oversubscribe() {
-        let Some((mask, _)) = affinity() else { return };
-        if let Some(cpus) = worker_cpus(mask.len() - 1) {
-            assert_eq!(cpus.len(), mask.len() - 1);
-            assert!(cpus.iter().all(|c| mask.contains(c)), "{cpus:?} outside {mask:?}");
-            let mut unique = cpus.clone();
-            unique.dedup();
-            assert_eq!(unique, cpus, "CPUs listed twice");
-        }
-        // As many workers as CPUs (plus the caller): left unpinned.
-        assert!(worker_cpus(mask.len()).is_none());
-        assert!(worker_cpus(0).is_none());
-    }
 
     #[test]
     fn every_task_runs_once_even_from_several_callers() {
