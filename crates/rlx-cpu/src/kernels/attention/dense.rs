@@ -301,10 +301,7 @@ fn join_chunk(mx: f32, sum: f32, p: &mut [f32], m: &mut f32, l: &mut f32, o: &mu
         // Nothing visible so far: `p` is all zero and the row stays empty.
         return;
     }
-    // The first chunk of a row (old max -inf) and the chunk holding the max need no exp: an exp
-    // of -inf took a subnormal product, a microcode assist on Intel (10% of MiniLM's attention).
-    let alpha = if *m == f32::NEG_INFINITY { 0.0 } else { crate::kernels::math::exp_f32(*m - mnew) };
-    let beta = if mx == mnew { 1.0 } else { crate::kernels::math::exp_f32(mx - mnew) };
+    let (alpha, beta) = (crate::kernels::math::exp_f32(*m - mnew), crate::kernels::math::exp_f32(mx - mnew));
     if beta != 1.0 {
         p.iter_mut().for_each(|x| *x *= beta);
     }

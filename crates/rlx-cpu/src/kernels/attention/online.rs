@@ -72,15 +72,7 @@ fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut
                 sc.p[r * BK..r * BK + nk16].fill(T::C::ZERO);
                 continue;
             }
-            // No exp for a row's first visible tile (exp(-inf) forms a subnormal product: a
-            // microcode assist on Intel) or when the max did not move.
-            let alpha = if mold == T::C::NEG_INF {
-                T::C::ZERO
-            } else if mold == mnew {
-                T::C::ONE
-            } else {
-                (mold - mnew).exp()
-            };
+            let alpha = (mold - mnew).exp();
             exp_shift(p, mnew);
             let s = sum8(p, |x| x);
             sc.p[r * BK + nk..r * BK + nk16].fill(T::C::ZERO);
