@@ -25,6 +25,7 @@ mod pack;
 mod pack_x86;
 
 use crate::threads;
+pub(crate) use blocked::ensure as aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 use std::sync::{Mutex, OnceLock};
 
@@ -380,8 +381,7 @@ fn pack_a_panels<T: GemmElem>(
     }
     let mut buf = T::shared_b()?;
     let panels = m.div_ceil(mr);
-    blocked::ensure(&mut buf, panels * mr * k);
-    let dst = buf.as_mut_ptr() as usize;
+    let dst = blocked::ensure(&mut buf, panels * mr * k).as_mut_ptr() as usize;
     let tasks = if m * k < 1 << 15 { 1 } else { threads.min(panels) };
     threads::parallel_for(tasks, &|t| {
         let (p0, p1) = (t * panels / tasks, (t + 1) * panels / tasks);
@@ -393,8 +393,7 @@ fn pack_a_panels<T: GemmElem>(
             unsafe { pack::pack_a(a, p0 * mr, rows, 0, k, mr, out) };
         }
     });
-    let panels_ptr = buf.as_ptr();
-    Some((buf, panels_ptr))
+    Some((buf, dst as *const T))
 }
 
 /// Narrowest product whose A `pack_a_panels` packs.
@@ -424,8 +423,7 @@ pub(crate) fn restride_a<T: GemmElem>(
     }
     let mut buf = T::shared_b()?;
     let rs = k + A_ROW_PAD / size;
-    blocked::ensure(&mut buf, m * rs);
-    let (src, dst) = (a.ptr as usize, buf.as_mut_ptr() as usize);
+    let (src, dst) = (a.ptr as usize, blocked::ensure(&mut buf, m * rs).as_mut_ptr() as usize);
     let tasks = if m * k < 1 << 15 { 1 } else { threads.min(m / 4).max(1) };
     threads::parallel_for(tasks, &|t| {
         for i in t * m / tasks..(t + 1) * m / tasks {
@@ -439,7 +437,7 @@ pub(crate) fn restride_a<T: GemmElem>(
             };
         }
     });
-    let view = MatRef { ptr: buf.as_ptr(), rs: rs as isize, cs: 1 };
+    let view = MatRef { ptr: dst as *const T, rs: rs as isize, cs: 1 };
     Some((buf, view))
 }
 

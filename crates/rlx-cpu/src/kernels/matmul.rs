@@ -128,7 +128,7 @@ pub(super) type BlockEpilogue<'a> = &'a (dyn Fn(usize, usize, usize, usize) + Sy
 /// same version (so a param rewritten every run, as in training, is never packed twice), its
 /// buffer allocated on the first.
 #[derive(Default)]
-pub(super) struct BCache<T> {
+pub(crate) struct BCache<T> {
     buf: Vec<T>,
     packed: Option<u64>,
     seen: Option<u64>,
@@ -136,31 +136,38 @@ pub(super) struct BCache<T> {
 
 impl<P: Copy + Default> BCache<P> {
     /// The packed B for this run, if it is cached (or worth caching now): `len` elements that
-    /// `pack` fills from the param.
-    fn get_with(
+    /// `pack` fills from the param, from a 64-byte boundary. None as well where `stream` says
+    /// the product streams B instead (matrix-vector shapes).
+    pub(super) fn get_with(
         &mut self,
         version: Option<u64>,
-        geo: &Geometry,
+        stream: bool,
         len: usize,
         pack: impl FnOnce(&mut [P]),
     ) -> Option<*const P> {
         let v = version?;
-        // Matrix-vector products stream B instead; one B shared by every batch only.
-        if geo.m < 4 || geo.batches.iter().any(|&(_, pb)| pb != 0) {
+        if stream {
             return None;
         }
         if self.packed == Some(v) {
-            return Some(self.buf.as_ptr());
+            return Some(crate::gemm::aligned_buf(&mut self.buf, len).as_ptr());
         }
         if self.seen != Some(v) {
             self.seen = Some(v);
             self.packed = None;
-            self.buf.resize(len, P::default());
+            crate::gemm::aligned_buf(&mut self.buf, len);
             return None;
         }
-        pack(&mut self.buf);
+        let buf = crate::gemm::aligned_buf(&mut self.buf, len);
+        pack(buf);
         self.packed = Some(v);
-        Some(self.buf.as_ptr())
+        Some(buf.as_ptr())
+    }
+
+    /// Whether a product of this geometry streams B (no packed copy): matrix-vector shapes, or
+    /// batches with a B each.
+    fn streams(geo: &Geometry) -> bool {
+        geo.m < 4 || geo.batches.iter().any(|&(_, pb)| pb != 0)
     }
 }
 
@@ -170,7 +177,9 @@ impl<T: GemmElem> BCache<T> {
         let (k, n) = (geo.k, geo.n);
         let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
         // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
-        self.get_with(version, geo, packed_b_len::<T>(k, n), |buf| unsafe { pack_b_full(k, n, view, buf) })
+        self.get_with(version, Self::streams(geo), packed_b_len::<T>(k, n), |buf| unsafe {
+            pack_b_full(k, n, view, buf)
+        })
     }
 }
 
@@ -185,7 +194,9 @@ impl BCache<f32> {
         let (k, n) = (geo.k, geo.n);
         let view = MatRef { ptr: y.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
         // SAFETY: y holds k*n elements addressed by the strides; the buffer has the packed size.
-        self.get_with(version, geo, half::packed_b_len(k, n), |buf| unsafe { half::pack_b_full(k, n, view, buf) })
+        self.get_with(version, Self::streams(geo), half::packed_b_len(k, n), |buf| unsafe {
+            half::pack_b_full(k, n, view, buf)
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 //! multiple of the micro-tile width.
 
 use super::fused::{Buf, CHUNK, Prog, Src, fill, src};
+use super::matmul::BCache;
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::elem::FloatElem;
 use crate::exec::Bufs;
@@ -71,36 +72,14 @@ fn stacked_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }
 }
 
-/// Packed weights, one per group, packed on the second run that sees the same param version
-/// (the schedule of the plain matmul's cache: a weight rewritten every run is never packed).
-struct Packed<T> {
-    buf: Vec<T>,
-    packed: Option<u64>,
-    seen: Option<u64>,
-}
-
-impl<T: GemmElem> Packed<T> {
-    fn get(&mut self, version: Option<u64>, geo: &Geo, w: &[T]) -> Option<*const T> {
-        let v = version?;
-        // Matrix-vector products stream B instead.
-        if geo.rows < 4 {
-            return None;
-        }
-        if self.packed == Some(v) {
-            return Some(self.buf.as_ptr());
-        }
-        if self.seen != Some(v) {
-            self.seen = Some(v);
-            self.packed = None;
-            self.buf.resize(packed_b_len::<T>(geo.k, geo.n), T::default());
-            return None;
-        }
-        let view = MatRef { ptr: w.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
-        // SAFETY: w holds k*n elements addressed by the strides; the buffer has the packed size.
-        unsafe { pack_b_full(geo.k, geo.n, view, &mut self.buf) };
-        self.packed = Some(v);
-        Some(self.buf.as_ptr())
-    }
+/// The packed weight of one group, on the plain matmul's schedule (a weight rewritten every
+/// run is never packed); matrix-vector products stream B instead.
+fn packed_weight<T: GemmElem>(cache: &mut BCache<T>, version: Option<u64>, geo: &Geo, w: &[T]) -> Option<*const T> {
+    let view = MatRef { ptr: w.as_ptr(), rs: geo.sb.0 as isize, cs: geo.sb.1 as isize };
+    // SAFETY: w holds k*n elements addressed by the strides; the buffer has the packed size.
+    cache.get_with(version, geo.rows < 4, packed_b_len::<T>(geo.k, geo.n), |buf| unsafe {
+        pack_b_full(geo.k, geo.n, view, buf)
+    })
 }
 
 /// The task grid on the pool's threads (`grid_on`).
@@ -158,8 +137,7 @@ fn run_tasks(tasks: usize, flops: f64, task: &(impl Fn(usize) + Sync)) {
 }
 
 fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
-    let mut caches: Vec<Packed<T>> =
-        (0..geo.groups).map(|_| Packed { buf: vec![], packed: None, seen: None }).collect();
+    let mut caches: Vec<BCache<T>> = (0..geo.groups).map(|_| BCache::default()).collect();
     let (rb, cw) = grid::<T>(&geo);
     let nr = T::kernel().nr;
     let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
@@ -173,7 +151,7 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     Box::new(move |b: &Bufs<'_>| {
         let Geo { groups, rows, k, n, sb, extras } = geo;
         for (g, c) in caches.iter_mut().enumerate() {
-            packed[g] = c.get(b.input_version(1 + g), &geo, b.input::<T>(1 + g)).map(|p| p as usize);
+            packed[g] = packed_weight(c, b.input_version(1 + g), &geo, b.input::<T>(1 + g)).map(|p| p as usize);
         }
         // Inputs as (address, length), so the task closure is Sync.
         ins.clear();

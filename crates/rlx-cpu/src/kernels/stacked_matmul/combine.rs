@@ -6,10 +6,11 @@
 use super::super::fused::{Buf, CHUNK, Prog, Src, fill, src};
 use super::super::scratch::ScratchPool;
 use super::super::{Kernel, KernelCtx, unsupported};
-use super::{Geo, Packed, grid, run_tasks, x_rows};
+use super::{Geo, grid, packed_weight, run_tasks, x_rows};
 use crate::elem::FloatElem;
 use crate::exec::Bufs;
 use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src};
+use crate::kernels::matmul::BCache;
 use rlx_ir::ops::{Instr, StackedMatMul};
 use rlx_ir::{DType, Result};
 
@@ -35,8 +36,7 @@ pub(super) fn kernel(ctx: &KernelCtx<'_>, op: &StackedMatMul, geo: Geo) -> Resul
 }
 
 fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
-    let mut caches: Vec<Packed<T>> =
-        (0..geo.groups).map(|_| Packed { buf: vec![], packed: None, seen: None }).collect();
+    let mut caches: Vec<BCache<T>> = (0..geo.groups).map(|_| BCache::default()).collect();
     // Tasks cover the one output; each runs all the groups' products for its block. Row blocks
     // are sized by A's k-block (the GEMM walks k in blocks of 256), not all of k: every row
     // block streams the whole weights again, which at prefill (weights of many MB) costs more
@@ -54,7 +54,7 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Prog<T>) -> Kernel {
     Box::new(move |b: &Bufs<'_>| {
         let Geo { groups, rows, k, n, sb, extras: _ } = geo;
         for (g, c) in caches.iter_mut().enumerate() {
-            packed[g] = c.get(b.input_version(1 + g), &geo, b.input::<T>(1 + g)).map(|p| p as usize);
+            packed[g] = packed_weight(c, b.input_version(1 + g), &geo, b.input::<T>(1 + g)).map(|p| p as usize);
         }
         // Inputs as (address, length), so the task closure is Sync.
         ins.clear();
