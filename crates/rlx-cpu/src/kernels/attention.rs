@@ -333,6 +333,11 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         KEY_ROWS.with(|c| c.set(c.get() + key_rows(&g, spans)));
         let ktp = SharedMut(kt.as_mut_ptr());
         let heads = g.b * g.kvh;
+        // 16 keys at a time by gathers: f32 keys whose row stride fits the gather's offsets.
+        #[cfg(target_arch = "x86_64")]
+        let gather16 = std::mem::size_of::<T::C>() == 4
+            && crate::kernels::vec32::simd16::avx512()
+            && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
         let tasks = if !g.transposed {
             0
         } else if heads * t_used * g.d < 1 << 14 {
@@ -349,6 +354,23 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
                 // 16 source rows stay in L1 while their columns are read.
                 for j0 in (0..t_used).step_by(16) {
                     let n = 16.min(t_used - j0);
+                    #[cfg(target_arch = "x86_64")]
+                    if n == 16 && gather16 {
+                        let src = &k[g.k_at(hk, j0)..g.k_at(hk, j0 + 15) + g.d];
+                        let out = &mut dst[j0..(g.d - 1) * tp + j0 + 16];
+                        // SAFETY: T::C is f32 and the CPU has AVX-512F (`gather16`); the slices
+                        // cover the 16 rows and the d output runs; 15 * ks[2] fits in an i32.
+                        unsafe {
+                            dense512::transpose16(
+                                src.as_ptr() as *const f32,
+                                g.ks[2],
+                                g.d,
+                                out.as_mut_ptr() as *mut f32,
+                                tp,
+                            )
+                        };
+                        continue;
+                    }
                     let keys: [&[T::C]; 16] = std::array::from_fn(|jj| {
                         let at = g.k_at(hk, j0 + jj.min(n - 1));
                         &k[at..at + g.d]
