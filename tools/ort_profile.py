@@ -1,7 +1,8 @@
 """ONNX Runtime's own per-operator profile of the MiniLM graph that `rlx-bench` runs.
 
-Usage: python3 tools/ort_profile.py target/peers/bert_plain.onnx BATCH [RUNS]
+Usage: python3 tools/ort_profile.py target/peers/bert_plain.onnx BATCH [RUNS] [--by-shape]
 (`rlx-bench minilm` writes target/peers/bert_plain.onnx; needs onnxruntime and numpy).
+`--by-shape` splits each operator type by its input shapes (the matmuls per weight shape).
 Prints each operator type's time per run, its share and calls per run, with ORT_ENABLE_ALL and
 2 intra-op threads, as `rlx-bench` configures ORT.
 """
@@ -16,8 +17,10 @@ import onnxruntime as ort
 
 
 def main() -> None:
-    model, batch = sys.argv[1], int(sys.argv[2])
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 30
+    args = [a for a in sys.argv[1:] if a != "--by-shape"]
+    by_shape = "--by-shape" in sys.argv
+    model, batch = args[0], int(args[1])
+    runs = int(args[2]) if len(args) > 2 else 30
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = 2
@@ -44,6 +47,9 @@ def main() -> None:
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             op = e["args"].get("op_name", "?")
+            if by_shape:
+                shapes = [list(t.values())[0] for t in e["args"].get("input_type_shape", [])]
+                op = f"{op} {shapes}"
             time_us[op] += e["dur"]
             calls[op] += 1
     total = sum(time_us.values())
