@@ -7,6 +7,9 @@ use super::fused::{Buf, Src};
 use crate::elem::FloatElem;
 use rlx_ir::ops::{BinaryKind, Instr, UnaryKind};
 
+#[cfg(target_arch = "x86_64")]
+mod lanes;
+
 /// The operand of a binary step besides the running value.
 enum Operand<T> {
     /// A constant of the program.
@@ -67,6 +70,9 @@ enum Step<T> {
 /// An epilogue program compiled to in-place steps over the output.
 pub(super) struct RowPlan<T> {
     steps: Vec<Step<T>>,
+    /// Runs take the AVX-512 fast path (`lanes`): f32, simple steps, the CPU has AVX-512F.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    lanes: bool,
 }
 
 /// Elements per piece of a block whose rows are contiguous.
@@ -122,7 +128,13 @@ impl<T: FloatElem> RowPlan<T> {
                 _ => return None,
             }
         }
-        (acc == Some(program.len().checked_sub(1)?) && pending.is_empty()).then_some(RowPlan { steps })
+        #[cfg(target_arch = "x86_64")]
+        let lanes = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+            && lanes::eligible(&steps)
+            && super::vec32::simd16::avx512();
+        #[cfg(not(target_arch = "x86_64"))]
+        let lanes = false;
+        (acc == Some(program.len().checked_sub(1)?) && pending.is_empty()).then_some(RowPlan { steps, lanes })
     }
 
     /// Applies the plan to a block of the output at `out`: `rows` runs of `w` elements, the first
@@ -163,6 +175,16 @@ impl<T: FloatElem> RowPlan<T> {
                 fetch(p + AHEAD);
             }
             let (s, len) = piece(p);
+            #[cfg(target_arch = "x86_64")]
+            if self.lanes
+                // SAFETY: the caller's contract; the plan is `eligible` and T is f32 (`lanes`).
+                && let Some(resolved) = unsafe { lanes::resolve(&self.steps, s, len, ins) }
+            {
+                // SAFETY: T is f32 and the CPU has AVX-512F (`lanes`); the piece and the resolved
+                // input runs hold `len` values.
+                unsafe { lanes::run(out.add(s) as *mut f32, len, &resolved[..self.steps.len()]) };
+                continue;
+            }
             // SAFETY: a piece of the block (the caller's contract).
             unsafe { self.run(std::slice::from_raw_parts_mut(out.add(s), len), s, ins) };
         }
