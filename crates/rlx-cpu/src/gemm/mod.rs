@@ -6,7 +6,7 @@
 //! runs (one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
 //! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
 //! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
-//! nothing.
+//! nothing; every buffer starts on a 64-byte line (`aligned_buf`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;

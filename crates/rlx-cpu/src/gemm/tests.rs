@@ -237,3 +237,18 @@ fn guided_row_split_covers_every_tile_once_and_ends_small() {
         }
     }
 }
+
+#[test]
+fn packing_buffers_start_on_a_cache_line_and_grow_once() {
+    for len in [0, 1, 17, 1000, 4099] {
+        let (mut a, mut b) = (Vec::<f32>::new(), Vec::<f64>::new());
+        let (pa, pb) = (super::aligned_buf(&mut a, len), super::aligned_buf(&mut b, len));
+        assert_eq!((pa.len(), pb.len()), (len, len));
+        assert_eq!((pa.as_ptr() as usize % 64, pb.as_ptr() as usize % 64), (0, 0), "len {len}");
+        // A warm call with the same or a smaller length reuses the buffer.
+        let (ca, cb) = (a.as_ptr(), b.as_ptr());
+        super::aligned_buf(&mut a, len);
+        super::aligned_buf(&mut b, len / 2);
+        assert_eq!((a.as_ptr(), b.as_ptr()), (ca, cb));
+    }
+}
