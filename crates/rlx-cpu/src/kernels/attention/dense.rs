@@ -301,7 +301,10 @@ fn join_chunk(mx: f32, sum: f32, p: &mut [f32], m: &mut f32, l: &mut f32, o: &mu
         // Nothing visible so far: `p` is all zero and the row stays empty.
         return;
     }
-    let (alpha, beta) = (crate::kernels::math::exp_f32(*m - mnew), crate::kernels::math::exp_f32(mx - mnew));
+    // The first chunk of a row (m = -inf) and a chunk holding the row's max skip their exps
+    // (the values exp gives there, 0 and 1): one chunk per row is the common case.
+    let alpha = if *m == f32::NEG_INFINITY { 0.0 } else { crate::kernels::math::exp_f32(*m - mnew) };
+    let beta = if mx == mnew { 1.0 } else { crate::kernels::math::exp_f32(mx - mnew) };
     if beta != 1.0 {
         p.iter_mut().for_each(|x| *x *= beta);
     }
