@@ -26,243 +26,76 @@ unsafe fn prefetch_c(c: *const i8, rs_bytes: isize, m: usize, bytes: usize) {
     }
 }
 
-/// `kc` k steps of the 12 x 32 f32 product in asm: a packed A panel (12 values per step)
-/// and a B panel (2 zmm per step) into accumulators `r` held in zmm8..zmm31. Intrinsics made
-/// LLVM keep the B pointer on the stack and test the tail in every step (-10% in the blocked loop).
-macro_rules! steps_f32_12x32 {
-    ($kc:expr, $a:expr, $b:expr, $r:expr) => {{
+/// `k` steps of a 12-row x 2-zmm product in asm, accumulators `r` pinned to zmm8..zmm31: per step,
+/// B's two vectors at `b` (then `b += ldb` bytes) times A's 12 values, row i at `a + i * lda` bytes
+/// (from four row pointers three rows apart; then each `+= astep`). Packed A panels are rows
+/// `lda` = one element apart stepping a whole panel row; A in place is rows `lda` apart stepping one
+/// element. `$bc` / `$fma` / `$ptr` name the element type's broadcast, FMA and operand size.
+/// Written in asm because intrinsics made LLVM keep B's pointer on the stack and update an
+/// address per row and step (-10% in the blocked loop).
+macro_rules! zmm_12x2_steps {
+    ($bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr, $ldb:expr, $r:expr) => {{
         let r = $r;
+        let (a0, lda) = ($a as *const u8, $lda as isize);
         std::arch::asm!(
             "test {k}, {k}",
             "jz 3f",
             "2:",
             "vmovups zmm0, [{b}]",
             "vmovups zmm1, [{b} + 64]",
-            "vbroadcastss zmm2, dword ptr [{a}]",
-            "vfmadd231ps zmm8, zmm2, zmm0",
-            "vfmadd231ps zmm9, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a} + 4]",
-            "vfmadd231ps zmm10, zmm3, zmm0",
-            "vfmadd231ps zmm11, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a} + 8]",
-            "vfmadd231ps zmm12, zmm4, zmm0",
-            "vfmadd231ps zmm13, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a} + 12]",
-            "vfmadd231ps zmm14, zmm5, zmm0",
-            "vfmadd231ps zmm15, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a} + 16]",
-            "vfmadd231ps zmm16, zmm6, zmm0",
-            "vfmadd231ps zmm17, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a} + 20]",
-            "vfmadd231ps zmm18, zmm7, zmm0",
-            "vfmadd231ps zmm19, zmm7, zmm1",
-            "vbroadcastss zmm2, dword ptr [{a} + 24]",
-            "vfmadd231ps zmm20, zmm2, zmm0",
-            "vfmadd231ps zmm21, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a} + 28]",
-            "vfmadd231ps zmm22, zmm3, zmm0",
-            "vfmadd231ps zmm23, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a} + 32]",
-            "vfmadd231ps zmm24, zmm4, zmm0",
-            "vfmadd231ps zmm25, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a} + 36]",
-            "vfmadd231ps zmm26, zmm5, zmm0",
-            "vfmadd231ps zmm27, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a} + 40]",
-            "vfmadd231ps zmm28, zmm6, zmm0",
-            "vfmadd231ps zmm29, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a} + 44]",
-            "vfmadd231ps zmm30, zmm7, zmm0",
-            "vfmadd231ps zmm31, zmm7, zmm1",
-            "add {a}, 48",
-            "add {b}, 128",
-            "dec {k}",
-            "jnz 2b",
-            "3:",
-            a = inout(reg) $a => _,
-            b = inout(reg) $b => _,
-            k = inout(reg) $kc => _,
-            inout("zmm8") r[0][0],
-            inout("zmm9") r[0][1],
-            inout("zmm10") r[1][0],
-            inout("zmm11") r[1][1],
-            inout("zmm12") r[2][0],
-            inout("zmm13") r[2][1],
-            inout("zmm14") r[3][0],
-            inout("zmm15") r[3][1],
-            inout("zmm16") r[4][0],
-            inout("zmm17") r[4][1],
-            inout("zmm18") r[5][0],
-            inout("zmm19") r[5][1],
-            inout("zmm20") r[6][0],
-            inout("zmm21") r[6][1],
-            inout("zmm22") r[7][0],
-            inout("zmm23") r[7][1],
-            inout("zmm24") r[8][0],
-            inout("zmm25") r[8][1],
-            inout("zmm26") r[9][0],
-            inout("zmm27") r[9][1],
-            inout("zmm28") r[10][0],
-            inout("zmm29") r[10][1],
-            inout("zmm30") r[11][0],
-            inout("zmm31") r[11][1],
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            options(nostack, readonly),
-        );
-    }};
-}
-
-/// `kc` k steps of the 12 x 16 f64 product in asm: a packed A panel (12 values per step)
-/// and a B panel (2 zmm per step) into accumulators `r` held in zmm8..zmm31. Intrinsics made
-/// LLVM keep the B pointer on the stack and test the tail in every step (-10% in the blocked loop).
-macro_rules! steps_f64_12x16 {
-    ($kc:expr, $a:expr, $b:expr, $r:expr) => {{
-        let r = $r;
-        std::arch::asm!(
-            "test {k}, {k}",
-            "jz 3f",
-            "2:",
-            "vmovups zmm0, [{b}]",
-            "vmovups zmm1, [{b} + 64]",
-            "vbroadcastsd zmm2, qword ptr [{a}]",
-            "vfmadd231pd zmm8, zmm2, zmm0",
-            "vfmadd231pd zmm9, zmm2, zmm1",
-            "vbroadcastsd zmm3, qword ptr [{a} + 8]",
-            "vfmadd231pd zmm10, zmm3, zmm0",
-            "vfmadd231pd zmm11, zmm3, zmm1",
-            "vbroadcastsd zmm4, qword ptr [{a} + 16]",
-            "vfmadd231pd zmm12, zmm4, zmm0",
-            "vfmadd231pd zmm13, zmm4, zmm1",
-            "vbroadcastsd zmm5, qword ptr [{a} + 24]",
-            "vfmadd231pd zmm14, zmm5, zmm0",
-            "vfmadd231pd zmm15, zmm5, zmm1",
-            "vbroadcastsd zmm6, qword ptr [{a} + 32]",
-            "vfmadd231pd zmm16, zmm6, zmm0",
-            "vfmadd231pd zmm17, zmm6, zmm1",
-            "vbroadcastsd zmm7, qword ptr [{a} + 40]",
-            "vfmadd231pd zmm18, zmm7, zmm0",
-            "vfmadd231pd zmm19, zmm7, zmm1",
-            "vbroadcastsd zmm2, qword ptr [{a} + 48]",
-            "vfmadd231pd zmm20, zmm2, zmm0",
-            "vfmadd231pd zmm21, zmm2, zmm1",
-            "vbroadcastsd zmm3, qword ptr [{a} + 56]",
-            "vfmadd231pd zmm22, zmm3, zmm0",
-            "vfmadd231pd zmm23, zmm3, zmm1",
-            "vbroadcastsd zmm4, qword ptr [{a} + 64]",
-            "vfmadd231pd zmm24, zmm4, zmm0",
-            "vfmadd231pd zmm25, zmm4, zmm1",
-            "vbroadcastsd zmm5, qword ptr [{a} + 72]",
-            "vfmadd231pd zmm26, zmm5, zmm0",
-            "vfmadd231pd zmm27, zmm5, zmm1",
-            "vbroadcastsd zmm6, qword ptr [{a} + 80]",
-            "vfmadd231pd zmm28, zmm6, zmm0",
-            "vfmadd231pd zmm29, zmm6, zmm1",
-            "vbroadcastsd zmm7, qword ptr [{a} + 88]",
-            "vfmadd231pd zmm30, zmm7, zmm0",
-            "vfmadd231pd zmm31, zmm7, zmm1",
-            "add {a}, 96",
-            "add {b}, 128",
-            "dec {k}",
-            "jnz 2b",
-            "3:",
-            a = inout(reg) $a => _,
-            b = inout(reg) $b => _,
-            k = inout(reg) $kc => _,
-            inout("zmm8") r[0][0],
-            inout("zmm9") r[0][1],
-            inout("zmm10") r[1][0],
-            inout("zmm11") r[1][1],
-            inout("zmm12") r[2][0],
-            inout("zmm13") r[2][1],
-            inout("zmm14") r[3][0],
-            inout("zmm15") r[3][1],
-            inout("zmm16") r[4][0],
-            inout("zmm17") r[4][1],
-            inout("zmm18") r[5][0],
-            inout("zmm19") r[5][1],
-            inout("zmm20") r[6][0],
-            inout("zmm21") r[6][1],
-            inout("zmm22") r[7][0],
-            inout("zmm23") r[7][1],
-            inout("zmm24") r[8][0],
-            inout("zmm25") r[8][1],
-            inout("zmm26") r[9][0],
-            inout("zmm27") r[9][1],
-            inout("zmm28") r[10][0],
-            inout("zmm29") r[10][1],
-            inout("zmm30") r[11][0],
-            inout("zmm31") r[11][1],
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            options(nostack, readonly),
-        );
-    }};
-}
-
-/// As `steps_f32_12x32` with A read in place: 12 rows `rs` bytes apart (element p of row i at
-/// `a + i * rs + p * 4`), addressed from four row pointers three rows apart.
-macro_rules! rows_f32_12x32 {
-    ($kc:expr, $a:expr, $rs:expr, $b:expr, $r:expr) => {{
-        let r = $r;
-        let (a0, rs) = ($a as *const u8, $rs);
-        std::arch::asm!(
-            "test {k}, {k}",
-            "jz 3f",
-            "2:",
-            "vmovups zmm0, [{b}]",
-            "vmovups zmm1, [{b} + 64]",
-            "vbroadcastss zmm2, dword ptr [{a0}]",
-            "vfmadd231ps zmm8, zmm2, zmm0",
-            "vfmadd231ps zmm9, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a0} + {rs}]",
-            "vfmadd231ps zmm10, zmm3, zmm0",
-            "vfmadd231ps zmm11, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a0} + {rs} * 2]",
-            "vfmadd231ps zmm12, zmm4, zmm0",
-            "vfmadd231ps zmm13, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a3}]",
-            "vfmadd231ps zmm14, zmm5, zmm0",
-            "vfmadd231ps zmm15, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a3} + {rs}]",
-            "vfmadd231ps zmm16, zmm6, zmm0",
-            "vfmadd231ps zmm17, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a3} + {rs} * 2]",
-            "vfmadd231ps zmm18, zmm7, zmm0",
-            "vfmadd231ps zmm19, zmm7, zmm1",
-            "vbroadcastss zmm2, dword ptr [{a6}]",
-            "vfmadd231ps zmm20, zmm2, zmm0",
-            "vfmadd231ps zmm21, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a6} + {rs}]",
-            "vfmadd231ps zmm22, zmm3, zmm0",
-            "vfmadd231ps zmm23, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a6} + {rs} * 2]",
-            "vfmadd231ps zmm24, zmm4, zmm0",
-            "vfmadd231ps zmm25, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a9}]",
-            "vfmadd231ps zmm26, zmm5, zmm0",
-            "vfmadd231ps zmm27, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a9} + {rs}]",
-            "vfmadd231ps zmm28, zmm6, zmm0",
-            "vfmadd231ps zmm29, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a9} + {rs} * 2]",
-            "vfmadd231ps zmm30, zmm7, zmm0",
-            "vfmadd231ps zmm31, zmm7, zmm1",
-            "add {a0}, 4",
-            "add {a3}, 4",
-            "add {a6}, 4",
-            "add {a9}, 4",
-            "add {b}, 128",
+            concat!($bc, " zmm2, ", $ptr, " ptr [{a0}]"),
+            concat!($fma, " zmm8, zmm2, zmm0"),
+            concat!($fma, " zmm9, zmm2, zmm1"),
+            concat!($bc, " zmm3, ", $ptr, " ptr [{a0} + {lda}]"),
+            concat!($fma, " zmm10, zmm3, zmm0"),
+            concat!($fma, " zmm11, zmm3, zmm1"),
+            concat!($bc, " zmm4, ", $ptr, " ptr [{a0} + {lda} * 2]"),
+            concat!($fma, " zmm12, zmm4, zmm0"),
+            concat!($fma, " zmm13, zmm4, zmm1"),
+            concat!($bc, " zmm5, ", $ptr, " ptr [{a3}]"),
+            concat!($fma, " zmm14, zmm5, zmm0"),
+            concat!($fma, " zmm15, zmm5, zmm1"),
+            concat!($bc, " zmm6, ", $ptr, " ptr [{a3} + {lda}]"),
+            concat!($fma, " zmm16, zmm6, zmm0"),
+            concat!($fma, " zmm17, zmm6, zmm1"),
+            concat!($bc, " zmm7, ", $ptr, " ptr [{a3} + {lda} * 2]"),
+            concat!($fma, " zmm18, zmm7, zmm0"),
+            concat!($fma, " zmm19, zmm7, zmm1"),
+            concat!($bc, " zmm2, ", $ptr, " ptr [{a6}]"),
+            concat!($fma, " zmm20, zmm2, zmm0"),
+            concat!($fma, " zmm21, zmm2, zmm1"),
+            concat!($bc, " zmm3, ", $ptr, " ptr [{a6} + {lda}]"),
+            concat!($fma, " zmm22, zmm3, zmm0"),
+            concat!($fma, " zmm23, zmm3, zmm1"),
+            concat!($bc, " zmm4, ", $ptr, " ptr [{a6} + {lda} * 2]"),
+            concat!($fma, " zmm24, zmm4, zmm0"),
+            concat!($fma, " zmm25, zmm4, zmm1"),
+            concat!($bc, " zmm5, ", $ptr, " ptr [{a9}]"),
+            concat!($fma, " zmm26, zmm5, zmm0"),
+            concat!($fma, " zmm27, zmm5, zmm1"),
+            concat!($bc, " zmm6, ", $ptr, " ptr [{a9} + {lda}]"),
+            concat!($fma, " zmm28, zmm6, zmm0"),
+            concat!($fma, " zmm29, zmm6, zmm1"),
+            concat!($bc, " zmm7, ", $ptr, " ptr [{a9} + {lda} * 2]"),
+            concat!($fma, " zmm30, zmm7, zmm0"),
+            concat!($fma, " zmm31, zmm7, zmm1"),
+            "add {a0}, {astep}",
+            "add {a3}, {astep}",
+            "add {a6}, {astep}",
+            "add {a9}, {astep}",
+            "add {b}, {ldb}",
             "dec {k}",
             "jnz 2b",
             "3:",
             a0 = inout(reg) a0 => _,
-            a3 = inout(reg) a0.wrapping_offset(3 * rs) => _,
-            a6 = inout(reg) a0.wrapping_offset(6 * rs) => _,
-            a9 = inout(reg) a0.wrapping_offset(9 * rs) => _,
-            rs = in(reg) rs,
+            a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
+            a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
+            a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
+            lda = in(reg) lda,
+            astep = in(reg) $astep as isize,
             b = inout(reg) $b => _,
-            k = inout(reg) $kc => _,
+            ldb = in(reg) $ldb as isize,
+            k = inout(reg) $k => _,
             inout("zmm8") r[0][0],
             inout("zmm9") r[0][1],
             inout("zmm10") r[1][0],
@@ -293,105 +126,12 @@ macro_rules! rows_f32_12x32 {
         );
     }};
 }
-
-/// As `steps_f64_12x16` with A read in place: 12 rows `rs` bytes apart (element p of row i at
-/// `a + i * rs + p * 8`), addressed from four row pointers three rows apart.
-macro_rules! rows_f64_12x16 {
-    ($kc:expr, $a:expr, $rs:expr, $b:expr, $r:expr) => {{
-        let r = $r;
-        let (a0, rs) = ($a as *const u8, $rs);
-        std::arch::asm!(
-            "test {k}, {k}",
-            "jz 3f",
-            "2:",
-            "vmovups zmm0, [{b}]",
-            "vmovups zmm1, [{b} + 64]",
-            "vbroadcastsd zmm2, qword ptr [{a0}]",
-            "vfmadd231pd zmm8, zmm2, zmm0",
-            "vfmadd231pd zmm9, zmm2, zmm1",
-            "vbroadcastsd zmm3, qword ptr [{a0} + {rs}]",
-            "vfmadd231pd zmm10, zmm3, zmm0",
-            "vfmadd231pd zmm11, zmm3, zmm1",
-            "vbroadcastsd zmm4, qword ptr [{a0} + {rs} * 2]",
-            "vfmadd231pd zmm12, zmm4, zmm0",
-            "vfmadd231pd zmm13, zmm4, zmm1",
-            "vbroadcastsd zmm5, qword ptr [{a3}]",
-            "vfmadd231pd zmm14, zmm5, zmm0",
-            "vfmadd231pd zmm15, zmm5, zmm1",
-            "vbroadcastsd zmm6, qword ptr [{a3} + {rs}]",
-            "vfmadd231pd zmm16, zmm6, zmm0",
-            "vfmadd231pd zmm17, zmm6, zmm1",
-            "vbroadcastsd zmm7, qword ptr [{a3} + {rs} * 2]",
-            "vfmadd231pd zmm18, zmm7, zmm0",
-            "vfmadd231pd zmm19, zmm7, zmm1",
-            "vbroadcastsd zmm2, qword ptr [{a6}]",
-            "vfmadd231pd zmm20, zmm2, zmm0",
-            "vfmadd231pd zmm21, zmm2, zmm1",
-            "vbroadcastsd zmm3, qword ptr [{a6} + {rs}]",
-            "vfmadd231pd zmm22, zmm3, zmm0",
-            "vfmadd231pd zmm23, zmm3, zmm1",
-            "vbroadcastsd zmm4, qword ptr [{a6} + {rs} * 2]",
-            "vfmadd231pd zmm24, zmm4, zmm0",
-            "vfmadd231pd zmm25, zmm4, zmm1",
-            "vbroadcastsd zmm5, qword ptr [{a9}]",
-            "vfmadd231pd zmm26, zmm5, zmm0",
-            "vfmadd231pd zmm27, zmm5, zmm1",
-            "vbroadcastsd zmm6, qword ptr [{a9} + {rs}]",
-            "vfmadd231pd zmm28, zmm6, zmm0",
-            "vfmadd231pd zmm29, zmm6, zmm1",
-            "vbroadcastsd zmm7, qword ptr [{a9} + {rs} * 2]",
-            "vfmadd231pd zmm30, zmm7, zmm0",
-            "vfmadd231pd zmm31, zmm7, zmm1",
-            "add {a0}, 8",
-            "add {a3}, 8",
-            "add {a6}, 8",
-            "add {a9}, 8",
-            "add {b}, 128",
-            "dec {k}",
-            "jnz 2b",
-            "3:",
-            a0 = inout(reg) a0 => _,
-            a3 = inout(reg) a0.wrapping_offset(3 * rs) => _,
-            a6 = inout(reg) a0.wrapping_offset(6 * rs) => _,
-            a9 = inout(reg) a0.wrapping_offset(9 * rs) => _,
-            rs = in(reg) rs,
-            b = inout(reg) $b => _,
-            k = inout(reg) $kc => _,
-            inout("zmm8") r[0][0],
-            inout("zmm9") r[0][1],
-            inout("zmm10") r[1][0],
-            inout("zmm11") r[1][1],
-            inout("zmm12") r[2][0],
-            inout("zmm13") r[2][1],
-            inout("zmm14") r[3][0],
-            inout("zmm15") r[3][1],
-            inout("zmm16") r[4][0],
-            inout("zmm17") r[4][1],
-            inout("zmm18") r[5][0],
-            inout("zmm19") r[5][1],
-            inout("zmm20") r[6][0],
-            inout("zmm21") r[6][1],
-            inout("zmm22") r[7][0],
-            inout("zmm23") r[7][1],
-            inout("zmm24") r[8][0],
-            inout("zmm25") r[8][1],
-            inout("zmm26") r[9][0],
-            inout("zmm27") r[9][1],
-            inout("zmm28") r[10][0],
-            inout("zmm29") r[10][1],
-            inout("zmm30") r[11][0],
-            inout("zmm31") r[11][1],
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            options(nostack, readonly),
-        );
-    }};
-}
+pub(crate) use zmm_12x2_steps;
 
 /// Defines `$name::<MR, NV>`: the tile routine for one element type and its zmm intrinsics.
 macro_rules! zmm_tile {
     ($name:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
-     $add:ident, $store:ident, $mload:ident, $mstore:ident, $steps:ident, $rows:ident) => {
+     $add:ident, $store:ident, $mload:ident, $mstore:ident, $bc:literal, $fma_asm:literal, $ptr:literal) => {
         /// Computes an MR x LANES*NV tile of `A * B` over `kc` and writes (or adds) its first
         /// m x n entries into C. A packed panel (`a.rs == 1, a.cs == MR`) is read at fixed
         /// offsets; any other A (read in place, or a taller packed panel) through per-row
@@ -445,9 +185,12 @@ macro_rules! zmm_tile {
                     // SAFETY: MR == 12 and NV == 2: the same type.
                     let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
                     let head = kc - tail;
-                    $steps!(head, a.ptr, b, &mut *r12);
+                    // Packed: row i at element i, a step moves one panel row of MR elements.
+                    let (lda, astep, ldb) = (size, MR * size, L * NV * size);
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
                     prefetch_c(cb, rsb, m, wb);
-                    $steps!(tail, a.ptr.add(head * MR), b.add(head * L * NV), &mut *r12);
+                    let (a1, b1) = (a.ptr.add(head * MR), b.add(head * L * NV));
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12);
                 } else {
                     for p in 0..kc {
                         if p == kc - tail {
@@ -472,10 +215,12 @@ macro_rules! zmm_tile {
                     // SAFETY: MR == 12 and NV == 2: the same type; all 12 rows exist, each contiguous.
                     let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
                     let head = kc - tail;
-                    let rs_bytes = a.rs * size as isize;
-                    $rows!(head, a.ptr, rs_bytes, b, &mut *r12);
+                    // In place: rows `a.rs` apart, a step moves one element.
+                    let (lda, astep, ldb) = (a.rs * size as isize, size, L * NV * size);
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
                     prefetch_c(cb, rsb, m, wb);
-                    $rows!(tail, a.ptr.add(head), rs_bytes, b.add(head * L * NV), &mut *r12);
+                    let (a1, b1) = (a.ptr.add(head), b.add(head * L * NV));
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12);
                 } else {
                     for p in 0..kc {
                         if p == kc - tail {
@@ -538,8 +283,9 @@ zmm_tile!(
     _mm512_storeu_ps,
     _mm512_maskz_loadu_ps,
     _mm512_mask_storeu_ps,
-    steps_f32_12x32,
-    rows_f32_12x32
+    "vbroadcastss",
+    "vfmadd231ps",
+    "dword"
 );
 
 zmm_tile!(
@@ -556,6 +302,7 @@ zmm_tile!(
     _mm512_storeu_pd,
     _mm512_maskz_loadu_pd,
     _mm512_mask_storeu_pd,
-    steps_f64_12x16,
-    rows_f64_12x16
+    "vbroadcastsd",
+    "vfmadd231pd",
+    "qword"
 );

@@ -25,6 +25,8 @@ mod pack;
 mod pack_x86;
 
 use crate::threads;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::ensure as aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 use std::sync::{Mutex, OnceLock};

@@ -9,103 +9,6 @@ use super::dense::Product;
 use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
 
-/// `k` steps of a 12 x 32 tile in asm: A rows `lda` bytes apart (element p of row i at
-/// `a + i * lda + 4 p`, from four row pointers three rows apart), B rows `ldb` bytes apart (two
-/// zmm per row), accumulators `r` in zmm8..zmm31. Intrinsics spent a scalar address update per
-/// row and k step.
-macro_rules! tile12_steps {
-    ($k:expr, $a:expr, $lda:expr, $b:expr, $ldb:expr, $r:expr) => {{
-        let r = $r;
-        let (a0, lda) = ($a as *const u8, $lda as isize);
-        std::arch::asm!(
-            "test {k}, {k}",
-            "jz 3f",
-            "2:",
-            "vmovups zmm0, [{b}]",
-            "vmovups zmm1, [{b} + 64]",
-            "vbroadcastss zmm2, dword ptr [{a0}]",
-            "vfmadd231ps zmm8, zmm2, zmm0",
-            "vfmadd231ps zmm9, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a0} + {lda}]",
-            "vfmadd231ps zmm10, zmm3, zmm0",
-            "vfmadd231ps zmm11, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a0} + {lda} * 2]",
-            "vfmadd231ps zmm12, zmm4, zmm0",
-            "vfmadd231ps zmm13, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a3}]",
-            "vfmadd231ps zmm14, zmm5, zmm0",
-            "vfmadd231ps zmm15, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a3} + {lda}]",
-            "vfmadd231ps zmm16, zmm6, zmm0",
-            "vfmadd231ps zmm17, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a3} + {lda} * 2]",
-            "vfmadd231ps zmm18, zmm7, zmm0",
-            "vfmadd231ps zmm19, zmm7, zmm1",
-            "vbroadcastss zmm2, dword ptr [{a6}]",
-            "vfmadd231ps zmm20, zmm2, zmm0",
-            "vfmadd231ps zmm21, zmm2, zmm1",
-            "vbroadcastss zmm3, dword ptr [{a6} + {lda}]",
-            "vfmadd231ps zmm22, zmm3, zmm0",
-            "vfmadd231ps zmm23, zmm3, zmm1",
-            "vbroadcastss zmm4, dword ptr [{a6} + {lda} * 2]",
-            "vfmadd231ps zmm24, zmm4, zmm0",
-            "vfmadd231ps zmm25, zmm4, zmm1",
-            "vbroadcastss zmm5, dword ptr [{a9}]",
-            "vfmadd231ps zmm26, zmm5, zmm0",
-            "vfmadd231ps zmm27, zmm5, zmm1",
-            "vbroadcastss zmm6, dword ptr [{a9} + {lda}]",
-            "vfmadd231ps zmm28, zmm6, zmm0",
-            "vfmadd231ps zmm29, zmm6, zmm1",
-            "vbroadcastss zmm7, dword ptr [{a9} + {lda} * 2]",
-            "vfmadd231ps zmm30, zmm7, zmm0",
-            "vfmadd231ps zmm31, zmm7, zmm1",
-            "add {a0}, 4",
-            "add {a3}, 4",
-            "add {a6}, 4",
-            "add {a9}, 4",
-            "add {b}, {ldb}",
-            "dec {k}",
-            "jnz 2b",
-            "3:",
-            a0 = inout(reg) a0 => _,
-            a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
-            a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
-            a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
-            lda = in(reg) lda,
-            b = inout(reg) $b => _,
-            ldb = in(reg) $ldb as isize,
-            k = inout(reg) $k => _,
-            inout("zmm8") r[0][0],
-            inout("zmm9") r[0][1],
-            inout("zmm10") r[1][0],
-            inout("zmm11") r[1][1],
-            inout("zmm12") r[2][0],
-            inout("zmm13") r[2][1],
-            inout("zmm14") r[3][0],
-            inout("zmm15") r[3][1],
-            inout("zmm16") r[4][0],
-            inout("zmm17") r[4][1],
-            inout("zmm18") r[5][0],
-            inout("zmm19") r[5][1],
-            inout("zmm20") r[6][0],
-            inout("zmm21") r[6][1],
-            inout("zmm22") r[7][0],
-            inout("zmm23") r[7][1],
-            inout("zmm24") r[8][0],
-            inout("zmm25") r[8][1],
-            inout("zmm26") r[9][0],
-            inout("zmm27") r[9][1],
-            inout("zmm28") r[10][0],
-            inout("zmm29") r[10][1],
-            inout("zmm30") r[11][0],
-            inout("zmm31") r[11][1],
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            options(nostack, readonly),
-        );
-    }};
-}
-
 /// One `R` x `16 V` tile of `p` at its first row and column: `c (+)= a[R, k] @ b[k, 16 V]`.
 #[inline(always)]
 unsafe fn tile<const R: usize, const V: usize>(p: Product) {
@@ -137,7 +40,7 @@ unsafe fn tile<const R: usize, const V: usize>(p: Product) {
     }
 }
 
-/// `tile::<12, 2>` with its k loop in asm (`tile12_steps`).
+/// `tile::<12, 2>` with its k loop in asm (`gemm::zmm_12x2_steps`).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `p`'s pointers cover 12 rows and 32 columns from its first.
@@ -153,7 +56,8 @@ unsafe fn tile12(p: Product) {
             }
         }
     }
-    tile12_steps!(k, a, lda * 4, b, ldb * 4, &mut t);
+    // A rows `lda` apart stepping one element, B rows `ldb` apart.
+    crate::gemm::zmm_12x2_steps!("vbroadcastss", "vfmadd231ps", "dword"; k, a, lda * 4, 4, b, ldb * 4, &mut t);
     for (r, row) in t.iter().enumerate() {
         for (h, &v) in row.iter().enumerate() {
             _mm512_storeu_ps(c.add(r * ldc + 16 * h), v);
