@@ -167,9 +167,22 @@ macro_rules! zmm_tile {
             prefetch_c(cb, rsb, m, wb);
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
-            // Two copies of the k loop on purpose: one step closure for both (offsets passed in)
-            // measured 39-50 GFLOP/s against 113-115 (the accumulators no longer stay in zmm).
-            if a.rs == 1 && a.cs == MR as isize {
+            let packed = a.rs == 1 && a.cs == MR as isize;
+            if MR == 12 && NV == 2 && (packed || (m == 12 && a.cs == 1)) {
+                // The 12-row tile in asm. Packed: row i at element i, a step moves one panel row;
+                // in place (all 12 rows exist): rows `a.rs` apart, a step moves one element.
+                let (lda, astep) =
+                    if packed { (size as isize, (MR * size) as isize) } else { (a.rs * size as isize, size as isize) };
+                let (ldb, head) = (L * NV * size, kc - tail);
+                // SAFETY: MR == 12 and NV == 2: the same type.
+                let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
+                zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
+                prefetch_c(cb, rsb, m, wb);
+                let a1 = (a.ptr as *const u8).offset(head as isize * astep) as *const $t;
+                zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b.add(head * L * NV), ldb, &mut *r12);
+            } else if packed {
+                // Two copies of the k loop on purpose: one step closure for both (offsets passed
+                // in) measured 39-50 GFLOP/s against 113-115 (the accumulators left zmm).
                 // A packed panel (zero padded past m): fixed offsets.
                 let step = |r: &mut [[$v; NV]; MR], p: usize| {
                     let (ap, bp) = (a.ptr.add(p * MR), b.add(p * L * NV));
@@ -181,23 +194,11 @@ macro_rules! zmm_tile {
                         }
                     }
                 };
-                if MR == 12 && NV == 2 {
-                    // SAFETY: MR == 12 and NV == 2: the same type.
-                    let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
-                    let head = kc - tail;
-                    // Packed: row i at element i, a step moves one panel row of MR elements.
-                    let (lda, astep, ldb) = (size, MR * size, L * NV * size);
-                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
-                    prefetch_c(cb, rsb, m, wb);
-                    let (a1, b1) = (a.ptr.add(head * MR), b.add(head * L * NV));
-                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12);
-                } else {
-                    for p in 0..kc {
-                        if p == kc - tail {
-                            prefetch_c(cb, rsb, m, wb);
-                        }
-                        step(&mut r, p);
+                for p in 0..kc {
+                    if p == kc - tail {
+                        prefetch_c(cb, rsb, m, wb);
                     }
+                    step(&mut r, p);
                 }
             } else {
                 let off: [isize; MR] = std::array::from_fn(|i| i.min(m - 1) as isize * a.rs);
@@ -211,23 +212,11 @@ macro_rules! zmm_tile {
                         }
                     }
                 };
-                if MR == 12 && NV == 2 && m == 12 && a.cs == 1 {
-                    // SAFETY: MR == 12 and NV == 2: the same type; all 12 rows exist, each contiguous.
-                    let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
-                    let head = kc - tail;
-                    // In place: rows `a.rs` apart, a step moves one element.
-                    let (lda, astep, ldb) = (a.rs * size as isize, size, L * NV * size);
-                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
-                    prefetch_c(cb, rsb, m, wb);
-                    let (a1, b1) = (a.ptr.add(head), b.add(head * L * NV));
-                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12);
-                } else {
-                    for p in 0..kc {
-                        if p == kc - tail {
-                            prefetch_c(cb, rsb, m, wb);
-                        }
-                        step(&mut r, p);
+                for p in 0..kc {
+                    if p == kc - tail {
+                        prefetch_c(cb, rsb, m, wb);
                     }
+                    step(&mut r, p);
                 }
             }
             if m == MR && n == L * NV {
