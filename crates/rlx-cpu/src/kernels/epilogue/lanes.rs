@@ -69,6 +69,9 @@ pub(super) unsafe fn resolve<T: crate::elem::FloatElem>(
     w: usize,
     ins: &[(usize, usize)],
 ) -> Option<[Lane; MAX_STEPS]> {
+    if w == 0 {
+        return None;
+    }
     let mut out = [Lane::Unary(UnaryKind::Exp); MAX_STEPS];
     for (o, step) in out.iter_mut().zip(steps) {
         *o = match *step {
