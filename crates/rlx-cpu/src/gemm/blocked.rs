@@ -76,7 +76,7 @@ enum Prefetch<T> {
 /// Grows `buf` to hold `len` elements from a 64-byte boundary (once; warm calls allocate
 /// nothing) and returns them. Panels that start on a cache line keep every zmm load of B and A
 /// in one line: misaligned A and B panels measured -3% each in the blocked loop on a Xeon.
-pub(crate) fn ensure<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
+pub(crate) fn aligned_buf<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
     let size = std::mem::size_of::<T>().max(1);
     let slack = 64usize.div_ceil(size);
     if buf.len() < len + slack {
@@ -170,9 +170,9 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
     }
     let kcm = kc_for(k, kern);
     T::with_buffers(slot, |pa, pb| {
-        let pa = ensure(pa, MC.div_ceil(mr) * mr * kcm);
+        let pa = aligned_buf(pa, MC.div_ceil(mr) * mr * kcm);
         let ncb = nc_block(nr);
-        let pb = ensure(pb, if b.prepacked() { 0 } else { ncb.min(n).div_ceil(nr) * nr * kcm });
+        let pb = aligned_buf(pb, if b.prepacked() { 0 } else { ncb.min(n).div_ceil(nr) * nr * kcm });
         for jc in (0..n).step_by(ncb) {
             let nc = ncb.min(n - jc);
             for pc in (0..k).step_by(kcm) {
@@ -223,7 +223,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
     let kcm = kc_for(k, kern);
     let group = GROUP_PANELS * nr;
     T::with_buffers(slot, |_, pb| {
-        let pb = ensure(pb, if b.prepacked() { 0 } else { group * kcm });
+        let pb = aligned_buf(pb, if b.prepacked() { 0 } else { group * kcm });
         for jg in (0..n).step_by(group) {
             let nc = group.min(n - jg);
             for pc in (0..k).step_by(kcm) {
@@ -279,7 +279,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
     let (mr, nr) = (kern.mr, kern.nr);
     let kcm = kc_for(k, kern);
     let ncm = nc_block(nr).min(n.div_ceil(nr) * nr);
-    let sb = ensure(shared, ncm * kcm).as_mut_ptr() as usize;
+    let sb = aligned_buf(shared, ncm * kcm).as_mut_ptr() as usize;
     let tiles_m = m.div_ceil(mr);
     // Row tasks of about MC rows, then smaller ones, claimed dynamically.
     let split = RowSplit::guided(tiles_m, threads, MC.div_ceil(mr));
@@ -309,7 +309,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                 T::with_buffers(threads::slot(), |pa, _| {
                     // The largest task's size, whichever task this thread claims (a warm call
                     // must not grow the buffer).
-                    let pa = ensure(pa, split.largest * mr * kcm);
+                    let pa = aligned_buf(pa, split.largest * mr * kcm);
                     // SAFETY: the block lies inside A.
                     unsafe { pack::pack_a(a, i0, i1 - i0, pc, kc, mr, pa) };
                     let ap = |ir: usize| MatRef { ptr: pa[(ir / mr) * kc * mr..].as_ptr(), rs: 1, cs: mr as isize };

@@ -27,7 +27,7 @@ mod pack_x86;
 use crate::threads;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512::zmm_12x2_steps;
-pub(crate) use blocked::ensure as aligned_buf;
+pub(crate) use blocked::aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 use std::sync::{Mutex, OnceLock};
 
@@ -386,7 +386,7 @@ fn pack_a_panels<T: GemmElem>(
     }
     let mut buf = T::shared_b()?;
     let panels = m.div_ceil(mr);
-    let dst = blocked::ensure(&mut buf, panels * mr * k).as_mut_ptr() as usize;
+    let dst = blocked::aligned_buf(&mut buf, panels * mr * k).as_mut_ptr() as usize;
     let tasks = if m * k < 1 << 15 { 1 } else { threads.min(panels) };
     threads::parallel_for(tasks, &|t| {
         let (p0, p1) = (t * panels / tasks, (t + 1) * panels / tasks);
@@ -428,7 +428,7 @@ pub(crate) fn restride_a<T: GemmElem>(
     }
     let mut buf = T::shared_b()?;
     let rs = k + A_ROW_PAD / size;
-    let (src, dst) = (a.ptr as usize, blocked::ensure(&mut buf, m * rs).as_mut_ptr() as usize);
+    let (src, dst) = (a.ptr as usize, blocked::aligned_buf(&mut buf, m * rs).as_mut_ptr() as usize);
     let tasks = if m * k < 1 << 15 { 1 } else { threads.min(m / 4).max(1) };
     threads::parallel_for(tasks, &|t| {
         for i in t * m / tasks..(t + 1) * m / tasks {

@@ -311,6 +311,11 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
     let simd = avx2_fma();
     let scale = T::C::from_f64(scale);
     let mut spans = Spans::new(&g);
+    // K transposed 16 keys at a time by gathers: f32 keys whose row stride fits their offsets.
+    #[cfg(target_arch = "x86_64")]
+    let gather16 = std::mem::size_of::<T::C>() == 4
+        && crate::kernels::vec32::simd16::avx512()
+        && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
     Box::new(move |bufs: &Bufs<'_>| {
         let q = view(bufs.input::<T>(0), &mut conv.0);
         let k = view(bufs.input::<T>(1), &mut conv.1);
@@ -333,11 +338,6 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         KEY_ROWS.with(|c| c.set(c.get() + key_rows(&g, spans)));
         let ktp = SharedMut(kt.as_mut_ptr());
         let heads = g.b * g.kvh;
-        // 16 keys at a time by gathers: f32 keys whose row stride fits the gather's offsets.
-        #[cfg(target_arch = "x86_64")]
-        let gather16 = std::mem::size_of::<T::C>() == 4
-            && crate::kernels::vec32::simd16::avx512()
-            && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
         let tasks = if !g.transposed {
             0
         } else if heads * t_used * g.d < 1 << 14 {

@@ -9,8 +9,13 @@ use super::dense::Product;
 use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
 
-/// One `R` x `16 V` tile of `p` at its first row and column: `c (+)= a[R, k] @ b[k, 16 V]`.
-#[inline(always)]
+/// One `R` x `16 V` tile of `p` at its first row and column: `c (+)= a[R, k] @ b[k, 16 V]`; the
+/// 12 x 32 tile's k loop in asm (`gemm::zmm_12x2_steps`).
+///
+/// # Safety
+/// The CPU has AVX-512F; `p`'s pointers cover R rows and 16 V columns from its first.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
 unsafe fn tile<const R: usize, const V: usize>(p: Product) {
     let Product { a, lda, b, ldb, c, ldc, k, acc, .. } = p;
     let mut t = [[_mm512_setzero_ps(); V]; R];
@@ -21,43 +26,25 @@ unsafe fn tile<const R: usize, const V: usize>(p: Product) {
             }
         }
     }
-    let (mut ap, mut bp) = (a, b);
-    for _ in 0..k {
-        let bv: [__m512; V] = std::array::from_fn(|h| _mm512_loadu_ps(bp.add(16 * h)));
-        for (r, row) in t.iter_mut().enumerate() {
-            let av = _mm512_set1_ps(*ap.add(r * lda));
-            for (h, v) in row.iter_mut().enumerate() {
-                *v = _mm512_fmadd_ps(av, bv[h], *v);
+    if R == 12 && V == 2 {
+        // SAFETY: R == 12 and V == 2: the same type.
+        let t12 = &mut *(&mut t as *mut [[__m512; V]; R] as *mut [[__m512; 2]; 12]);
+        // A rows `lda` apart stepping one element, B rows `ldb` apart.
+        crate::gemm::zmm_12x2_steps!("vbroadcastss", "vfmadd231ps", "dword"; k, a, lda * 4, 4, b, ldb * 4, t12);
+    } else {
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..k {
+            let bv: [__m512; V] = std::array::from_fn(|h| _mm512_loadu_ps(bp.add(16 * h)));
+            for (r, row) in t.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(r * lda));
+                for (h, v) in row.iter_mut().enumerate() {
+                    *v = _mm512_fmadd_ps(av, bv[h], *v);
+                }
             }
-        }
-        ap = ap.add(1);
-        bp = bp.add(ldb);
-    }
-    for (r, row) in t.iter().enumerate() {
-        for (h, &v) in row.iter().enumerate() {
-            _mm512_storeu_ps(c.add(r * ldc + 16 * h), v);
+            ap = ap.add(1);
+            bp = bp.add(ldb);
         }
     }
-}
-
-/// `tile::<12, 2>` with its k loop in asm (`gemm::zmm_12x2_steps`).
-///
-/// # Safety
-/// The CPU has AVX-512F; `p`'s pointers cover 12 rows and 32 columns from its first.
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[inline]
-unsafe fn tile12(p: Product) {
-    let Product { a, lda, b, ldb, c, ldc, k, acc, .. } = p;
-    let mut t = [[_mm512_setzero_ps(); 2]; 12];
-    if acc {
-        for (r, row) in t.iter_mut().enumerate() {
-            for (h, v) in row.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(c.add(r * ldc + 16 * h));
-            }
-        }
-    }
-    // A rows `lda` apart stepping one element, B rows `ldb` apart.
-    crate::gemm::zmm_12x2_steps!("vbroadcastss", "vfmadd231ps", "dword"; k, a, lda * 4, 4, b, ldb * 4, &mut t);
     for (r, row) in t.iter().enumerate() {
         for (h, &v) in row.iter().enumerate() {
             _mm512_storeu_ps(c.add(r * ldc + 16 * h), v);
@@ -70,11 +57,7 @@ unsafe fn tile12(p: Product) {
 unsafe fn row_block<const R: usize>(p: Product, n16: usize) {
     let mut j = 0;
     while j + 32 <= n16 {
-        if R == 12 {
-            tile12(p.columns_from(j));
-        } else {
-            tile::<R, 2>(p.columns_from(j));
-        }
+        tile::<R, 2>(p.columns_from(j));
         j += 32;
     }
     if j < n16 {
