@@ -3,8 +3,9 @@
 //! worker is pinned to its own CPU of the mask, away from the caller's (`pin`,
 //! `RLX_PIN_THREADS=0` turns it off).
 //!
-//! `parallel_for` hands one job at a time to the workers through a mutex and condvars; it
-//! allocates nothing per call, and concurrent callers take turns. Workers and the caller spin
+//! `parallel_for_dynamic` hands one job at a time to the workers through a mutex and condvars;
+//! it allocates nothing per call, and concurrent callers take turns. `parallel_for` runs on it,
+//! each thread starting on its own contiguous share of the tasks (`shares`). Workers and the caller spin
 //! briefly (`SPIN`) before parking, so back-to-back jobs (one per kernel) skip the futex wake-up.
 
 use std::cell::Cell;
@@ -12,6 +13,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 mod pin;
+mod shares;
+
+pub use shares::parallel_for;
 
 /// Threads RLX uses: `RLX_NUM_THREADS` if set to a positive number, else the CPUs this process
 /// may run on (the affinity mask and cgroup quota, via `available_parallelism`).
@@ -185,7 +189,7 @@ pub fn start() {
     if n > 1 {
         let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
         // Each task waits briefly for the others, so that every worker takes one.
-        parallel_for(n, &|t| {
+        parallel_for_dynamic(n, &|t| {
             seen[t].store(1, Ordering::Release);
             let start = std::time::Instant::now();
             while seen.iter().any(|s| s.load(Ordering::Acquire) == 0) && start.elapsed().as_millis() < 50 {
@@ -195,9 +199,11 @@ pub fn start() {
     }
 }
 
-/// Runs `f(task)` for every task in `0..tasks` on the shared pool and the calling thread.
-/// Nested calls from inside a task run inline.
-pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
+/// Runs `f(task)` for every task in `0..tasks` on the shared pool and the calling thread, tasks
+/// claimed in order by whichever thread is free: for task lists whose sizes shrink toward the
+/// end (`parallel_for` keeps each thread on its own share instead). Nested calls from inside a
+/// task run inline.
+pub fn parallel_for_dynamic(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     if tasks <= 1 || num_threads() == 1 || IN_POOL.with(Cell::get) {
         (0..tasks).for_each(f);
         return;

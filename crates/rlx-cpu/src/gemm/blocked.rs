@@ -304,7 +304,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                     unsafe { pack::pack_b(b, pc, kc, jc + p0 * nr, (nc - p0 * nr).min((p1 - p0) * nr), nr, dst) };
                 }
             });
-            threads::parallel_for(tasks, &|t| {
+            threads::parallel_for_dynamic(tasks, &|t| {
                 let (i0, i1) = rows_of(t);
                 T::with_buffers(threads::slot(), |pa, _| {
                     // The largest task's size, whichever task this thread claims (a warm call

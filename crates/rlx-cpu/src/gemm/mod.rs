@@ -533,9 +533,9 @@ unsafe fn gemm_with<T: GemmElem>(
             }
             let shifted = |i: usize, r: usize, j: usize, w: usize| epi.map_or((), |f| f(i0 + i, r, j, w));
             let epi_t = epi.map(|_| &shifted as Epilogue<'_>);
-            // Tasks are claimed in order: this thread's next one is most likely `threads` on;
-            // its first B panel is prefetched during this one's last pass.
-            let next = t + threads;
+            // Each thread runs a contiguous share of the tasks (`parallel_for`): its next one is
+            // most likely the next; its first B panel is prefetched during this one's last pass.
+            let next = t + 1;
             let next_j =
                 (next < row_blocks * col_blocks).then(|| span(next % col_blocks, col_blocks, tiles_n, nr, n).0);
             // SAFETY: tasks own disjoint blocks of C.

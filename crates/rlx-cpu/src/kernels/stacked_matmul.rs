@@ -162,8 +162,10 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
         let (ins, packed) = (&ins, &packed);
         let (_copy, xp, xrs) = x_rows::<T>(ins[0].0, rows, n, k);
         let task = |t: usize| {
-            let (g, r) = (t / per_group, t % per_group);
-            let (i0, j0) = ((r / col_blocks) * rb, (r % col_blocks) * cw * nr);
+            // Row block first, then group and column block: a thread's share of the tasks
+            // (`parallel_for_shares`) is a band of rows of every group.
+            let (rblock, rest) = (t / (groups * col_blocks), t % (groups * col_blocks));
+            let (g, i0, j0) = (rest / col_blocks, rblock * rb, (rest % col_blocks) * cw * nr);
             let (m, w) = (rb.min(rows - i0), (cw * nr).min(n - j0));
             let a = MatRef { ptr: (xp as *const T).wrapping_add(i0 * xrs), rs: xrs as isize, cs: 1 };
             let bv = MatRef {

@@ -1,0 +1,127 @@
+//! `parallel_for`: tasks split into one contiguous share per pool thread, each thread
+//! working through its own share first and then taking tasks from the back of the fullest other
+//! share. A thread keeps the same rows of a product from call to call (its A rows and C block
+//! stay in its own L2), yet a descheduled thread's tasks still go to the others.
+
+use super::{in_pool_task, num_threads, parallel_for_dynamic, slot};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most shares (threads past this share with others).
+const MAX_SHARES: usize = 64;
+
+/// A share's next task (low 32 bits) and its end (high 32 bits).
+fn pack(front: usize, back: usize) -> u64 {
+    ((back as u64) << 32) | front as u64
+}
+
+fn unpack(v: u64) -> (usize, usize) {
+    ((v & 0xffff_ffff) as usize, (v >> 32) as usize)
+}
+
+/// Claims the next task from the front of `share`, if any is left.
+fn take_front(share: &AtomicU64) -> Option<usize> {
+    let mut v = share.load(Ordering::Acquire);
+    loop {
+        let (front, back) = unpack(v);
+        if front >= back {
+            return None;
+        }
+        match share.compare_exchange_weak(v, pack(front + 1, back), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(front),
+            Err(now) => v = now,
+        }
+    }
+}
+
+/// Claims the last task of `share`, if any is left.
+fn take_back(share: &AtomicU64) -> Option<usize> {
+    let mut v = share.load(Ordering::Acquire);
+    loop {
+        let (front, back) = unpack(v);
+        if front >= back {
+            return None;
+        }
+        match share.compare_exchange_weak(v, pack(front, back - 1), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(back - 1),
+            Err(now) => v = now,
+        }
+    }
+}
+
+/// Runs `f(task)` for every task in `0..tasks` on the pool: the thread in slot s starts on share
+/// s (tasks `s * tasks / n ..`), so consecutive tasks run on one thread and a thread gets the
+/// same share on every call; a thread done with its share takes the fullest share's last tasks.
+/// Nested calls from inside a task run inline, in order.
+pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
+    let n = num_threads().min(tasks).min(MAX_SHARES);
+    if n <= 1 || in_pool_task() {
+        return (0..tasks).for_each(f);
+    }
+    let shares: [AtomicU64; MAX_SHARES] = std::array::from_fn(|s| {
+        if s < n { AtomicU64::new(pack(s * tasks / n, (s + 1) * tasks / n)) } else { AtomicU64::new(0) }
+    });
+    let shares = &shares[..n];
+    parallel_for_dynamic(n, &|_| {
+        let home = &shares[slot() % n];
+        loop {
+            if let Some(t) = take_front(home) {
+                f(t);
+                continue;
+            }
+            // The share with the most tasks left, from its back (its owner works from the front).
+            let fullest = shares.iter().max_by_key(|s| {
+                let (front, back) = unpack(s.load(Ordering::Acquire));
+                back.saturating_sub(front)
+            });
+            match fullest.and_then(take_back) {
+                Some(t) => f(t),
+                None => return,
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_task_runs_once() {
+        for tasks in [0, 1, 2, 3, 7, 26, 100] {
+            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            parallel_for(tasks, &|t| {
+                hits[t].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{tasks} tasks");
+        }
+    }
+
+    #[test]
+    fn a_share_is_taken_from_the_front_by_its_owner_and_from_the_back_by_others() {
+        let share = AtomicU64::new(pack(2, 6));
+        assert_eq!(take_front(&share), Some(2));
+        assert_eq!(take_back(&share), Some(5));
+        assert_eq!(take_front(&share), Some(3));
+        assert_eq!(take_back(&share), Some(4));
+        assert_eq!((take_front(&share), take_back(&share)), (None, None));
+    }
+
+    #[test]
+    fn a_slow_threads_share_is_taken_by_the_others() {
+        // The thread that starts share 0 sleeps on its first task: the rest of share 0 goes to
+        // another thread, unless no other thread ran anything at all.
+        let ran_on: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(usize::MAX)).collect();
+        parallel_for(40, &|t| {
+            if t == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            ran_on[t].store(slot(), Ordering::Relaxed);
+        });
+        let slots: Vec<usize> = ran_on.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+        assert!(slots.iter().all(|&s| s != usize::MAX));
+        let share0 = 40 / num_threads().min(40);
+        let others_ran = slots.iter().any(|&s| s != slots[0]);
+        assert!(!others_ran || slots[1..share0].iter().any(|&s| s != slots[0]), "{slots:?}");
+    }
+}
