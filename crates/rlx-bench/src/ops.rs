@@ -101,9 +101,18 @@ pub fn run(runs: usize, filter: Option<&str>) -> Result<(), String> {
     g.set_outputs(vec![y]);
     let feeds = (1..=3).map(|i| (["q", "k", "v"][i - 1].to_string(), values(b * h * s * d, i as u32))).collect();
     time_graph(&format!("attention b{b} s{s} h{h} d{d} None, [b, s, h, d] layout"), g, feeds, runs)?;
-    for (m, k, n, epi) in
-        [(128, 384, 384, 0), (128, 384, 1536, 0), (128, 384, 1536, 1), (128, 384, 1536, 2), (128, 1536, 384, 1)]
-    {
+    for (m, k, n, epi) in [
+        (128, 384, 384, 0),
+        (128, 384, 1536, 0),
+        (128, 384, 1536, 1),
+        (128, 384, 1536, 2),
+        (128, 1536, 384, 1),
+        (1024, 384, 384, 0),
+        (1024, 384, 1536, 0),
+        (1024, 384, 1536, 2),
+        (1024, 1536, 384, 0),
+        (1024, 1536, 384, 1),
+    ] {
         let mut g = Graph::new("mm");
         let x = g.input("x", Shape::new(&[m, k], DType::F32));
         let w = g.param("w", Shape::new(&[k, n], DType::F32));
@@ -124,7 +133,7 @@ pub fn run(runs: usize, filter: Option<&str>) -> Result<(), String> {
     }
     // Sibling projections of one input as one stacked matmul over param weights (K/V of a Qwen3
     // layer at 128 tokens; Q/K/V of a 2048-wide model at 512 tokens).
-    for (m, k, n, groups) in [(128, 1024, 1024, 2), (512, 2048, 2048, 3)] {
+    for (m, k, n, groups) in [(128, 1024, 1024, 2), (512, 2048, 2048, 3), (1024, 384, 384, 3)] {
         let mut g = Graph::new("stacked");
         let x = g.input("x", Shape::new(&[m, k], DType::F32));
         let names: Vec<String> = (0..groups).map(|i| format!("w{i}")).collect();

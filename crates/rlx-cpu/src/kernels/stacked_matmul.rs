@@ -140,7 +140,14 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     let mut caches: Vec<BCache<T>> = (0..geo.groups).map(|_| BCache::default()).collect();
     let (rb, cw) = grid::<T>(&geo);
     let nr = T::kernel().nr;
-    let (row_blocks, col_blocks) = (geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
+    let (mr, threads) = (T::kernel().mr, threads::num_threads());
+    let (tiles_m, row_blocks, col_blocks) =
+        (geo.rows.div_ceil(mr), geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
+    // One band of rows per thread (as in `gemm`): a thread's share of the tasks is its band,
+    // run a weight and column block at a time (the block stays in L2 while the band passes).
+    let bands = if threads > 1 && row_blocks.div_ceil(threads) * threads <= tiles_m { threads } else { 1 };
+    let row_blocks = row_blocks.div_ceil(bands) * bands;
+    let per_band = row_blocks / bands;
     let per_group = row_blocks * col_blocks;
     // Chains (bias, activation) run in place on the output; other programs through scratch.
     let plan = prog.as_ref().and_then(|p| super::epilogue::RowPlan::<T>::compile(&p.program, &p.srcs));
@@ -162,11 +169,16 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
         let (ins, packed) = (&ins, &packed);
         let (_copy, xp, xrs) = x_rows::<T>(ins[0].0, rows, n, k);
         let task = |t: usize| {
-            // Row block first, then group and column block: a thread's share of the tasks
-            // (`parallel_for_shares`) is a band of rows of every group.
-            let (rblock, rest) = (t / (groups * col_blocks), t % (groups * col_blocks));
-            let (g, i0, j0) = (rest / col_blocks, rblock * rb, (rest % col_blocks) * cw * nr);
-            let (m, w) = (rb.min(rows - i0), (cw * nr).min(n - j0));
+            let (band, within) = (t / (per_band * groups * col_blocks), t % (per_band * groups * col_blocks));
+            let (rblock, rest) = (band * per_band + within % per_band, within / per_band);
+            let (g, j0) = (rest / col_blocks, (rest % col_blocks) * cw * nr);
+            // Tiles spread evenly over the row blocks.
+            let i0 = (rblock * tiles_m / row_blocks * mr).min(rows);
+            let m = ((rblock + 1) * tiles_m / row_blocks * mr).min(rows) - i0;
+            let w = (cw * nr).min(n - j0);
+            if m == 0 {
+                return;
+            }
             let a = MatRef { ptr: (xp as *const T).wrapping_add(i0 * xrs), rs: xrs as isize, cs: 1 };
             let bv = MatRef {
                 ptr: (ins[1 + g].0 as *const T).wrapping_add(j0 * sb.1),
