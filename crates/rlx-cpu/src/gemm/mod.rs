@@ -486,7 +486,8 @@ unsafe fn gemm_with<T: GemmElem>(
     }
     // Small products are not worth waking threads for.
     let tiles_n = n.div_ceil(nr);
-    let threads = if flops < SERIAL_FLOPS { 1 } else { threads.clamp(1, MAX_TASKS) };
+    // Called from a pool task (a task of a product split by its caller), it runs on this thread.
+    let threads = if flops < SERIAL_FLOPS || threads::in_pool_task() { 1 } else { threads.clamp(1, MAX_TASKS) };
     if a.cs == 1 && k > 0 && (b.prepacked() || direct_a(m, k, a, kern)) {
         // A row-major and B packed once: a grid of (row block, column block) tasks that share
         // nothing, read A in place and are claimed dynamically (a descheduled thread's share
