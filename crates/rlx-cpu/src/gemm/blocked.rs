@@ -88,6 +88,9 @@ pub(crate) fn aligned_buf<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &
 
 /// Runs the micro-kernel over rows `0..m` (tiles of `mr`) of a packed or in-place A block and
 /// NR-wide B micro-panels `0..nc`: the B micro-panel stays in L1 while the A tiles stream by.
+/// `c_far`: C may be out of cache (the blocked paths over large products), so each tile's C rows
+/// are prefetched into L2 before its kernel runs (+5% at 4096^3; -2% on MiniLM's L2-resident
+/// blocks, which pass false).
 ///
 /// # Safety
 /// `ap(i)` views A rows from i over kc columns, `bp(j)` the packed B micro-panel of column j, `c`
@@ -104,8 +107,10 @@ unsafe fn tiles<T>(
     c: MatMut<T>,
     acc: bool,
     prefetch: Prefetch<T>,
+    c_far: bool,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
+    let size = std::mem::size_of::<T>();
     let lines = (kc * nr * std::mem::size_of::<T>()).div_ceil(64);
     let per_tile = lines.div_ceil(m.div_ceil(mr).max(1));
     for jr in (0..nc).step_by(nr) {
@@ -121,6 +126,15 @@ unsafe fn tiles<T>(
                 (from..(from + per_tile).min(lines)).for_each(|l| crate::prefetch::to_l2(next + l * 64));
             }
             let cp = c.ptr.wrapping_offset(ir as isize * c.rs + jr as isize);
+            if c_far {
+                // The tile's C rows towards L2 while its k loop runs (the kernel pulls them into L1
+                // near its end).
+                for i in 0..mr.min(m - ir) {
+                    let row = cp.wrapping_offset(i as isize * c.rs) as usize;
+                    let bytes = nr.min(nc - jr) * size;
+                    (0..bytes).step_by(64).chain([bytes - 1]).for_each(|b| crate::prefetch::to_l2(row + b));
+                }
+            }
             // SAFETY: A covers the tile's rows and kc columns, the B panel holds kc*NR elements;
             // the tile lies inside C.
             unsafe { (kern.micro)(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc) };
@@ -187,7 +201,7 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
                     let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jc, jr);
                     let cb = MatMut { ptr: c.ptr.wrapping_offset(ic as isize * c.rs + (j0 + jc) as isize), rs: c.rs };
                     // SAFETY: the packed blocks cover the tiles; the block lies inside C.
-                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Off) };
+                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Off, true) };
                     if pc + kc == k
                         && let Some(f) = epi
                     {
@@ -247,7 +261,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
                     Prefetch::Off
                 };
                 // SAFETY: A (in place or packed) covers the rows; the block lies inside C.
-                unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0, prefetch) };
+                unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0, prefetch, false) };
             }
             if let Some(f) = epi {
                 f(0, m, j0 + jg, nc);
@@ -317,7 +331,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                     let ct = c.skip_rows(i0);
                     let cb = MatMut { ptr: ct.ptr.wrapping_add(jc), rs: ct.rs };
                     // SAFETY: the packed blocks cover the tiles; tasks own disjoint rows of C.
-                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Off) };
+                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Off, true) };
                 });
                 if pc + kc == k
                     && let Some(f) = epi
