@@ -162,8 +162,9 @@ macro_rules! zmm_tile {
             }
             let size = std::mem::size_of::<$t>();
             let (cb, rsb, wb) = (c as *const i8, rs * size as isize, L * NV * size);
-            // The C tile is prefetched shortly before the end only: a prefetch at the start too
-            // measured -2% on MiniLM 8x128 (paired, 7 runs) and -4% on an L2-resident block.
+            // The C tile is prefetched into L1 shortly before the end only: one at the start too
+            // measured -2% on MiniLM 8x128 (paired, 7 runs). Large products' C rows are sent to
+            // L2 by the caller first (`tiles`, `c_far`).
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
             let packed = a.rs == 1 && a.cs == MR as isize;

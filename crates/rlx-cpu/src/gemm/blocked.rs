@@ -111,7 +111,7 @@ unsafe fn tiles<T>(
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
     let size = std::mem::size_of::<T>();
-    let lines = (kc * nr * std::mem::size_of::<T>()).div_ceil(64);
+    let lines = (kc * nr * size).div_ceil(64);
     let per_tile = lines.div_ceil(m.div_ceil(mr).max(1));
     for jr in (0..nc).step_by(nr) {
         let b = bp(jr);

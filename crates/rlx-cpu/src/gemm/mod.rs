@@ -490,8 +490,8 @@ unsafe fn gemm_with<T: GemmElem>(
     let threads = if flops < SERIAL_FLOPS || threads::in_pool_task() { 1 } else { threads.clamp(1, MAX_TASKS) };
     if a.cs == 1 && k > 0 && (b.prepacked() || direct_a(m, k, a, kern)) {
         // A row-major and B packed once: a grid of (row block, column block) tasks that share
-        // nothing, read A in place and are claimed dynamically (a descheduled thread's share
-        // goes to the others). With B a view and many rows, B would be packed once per row
+        // nothing and read A in place, one band of rows per thread (`parallel_for` shares; a
+        // descheduled thread's tasks go to the others). With B a view and many rows, B would be packed once per row
         // block: the shared path below packs it once.
         let size = std::mem::size_of::<T>();
         // Held while the tasks read the padded copy of A, if one is made.

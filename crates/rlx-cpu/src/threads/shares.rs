@@ -57,6 +57,10 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     if n <= 1 || in_pool_task() {
         return (0..tasks).for_each(f);
     }
+    if tasks > u32::MAX as usize {
+        // Past what a share's 32-bit bounds hold: claimed in order instead.
+        return parallel_for_dynamic(tasks, f);
+    }
     let shares: [AtomicU64; MAX_SHARES] = std::array::from_fn(|s| {
         if s < n { AtomicU64::new(pack(s * tasks / n, (s + 1) * tasks / n)) } else { AtomicU64::new(0) }
     });
@@ -109,18 +113,24 @@ mod tests {
 
     #[test]
     fn a_slow_threads_share_is_taken_by_the_others() {
-        // The thread that starts share 0 sleeps on its first task: the rest of share 0 goes to
-        // another thread, unless no other thread ran anything at all.
+        // The thread that starts share 0 blocks in its first task until another thread has run
+        // one of share 0's later tasks (or 5 s pass): the others must take them from its back.
+        // Only when no other thread joined the job at all is there nothing to check.
         let ran_on: Vec<AtomicUsize> = (0..40).map(|_| AtomicUsize::new(usize::MAX)).collect();
+        let share0 = 40 / num_threads().min(40);
         parallel_for(40, &|t| {
-            if t == 0 {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            if t == 0 && num_threads() > 1 {
+                let start = std::time::Instant::now();
+                let stolen =
+                    || ran_on[1..share0].iter().any(|s| ![usize::MAX, slot()].contains(&s.load(Ordering::Acquire)));
+                while !stolen() && start.elapsed() < std::time::Duration::from_secs(5) {
+                    std::thread::yield_now();
+                }
             }
-            ran_on[t].store(slot(), Ordering::Relaxed);
+            ran_on[t].store(slot(), Ordering::Release);
         });
         let slots: Vec<usize> = ran_on.iter().map(|s| s.load(Ordering::Relaxed)).collect();
         assert!(slots.iter().all(|&s| s != usize::MAX));
-        let share0 = 40 / num_threads().min(40);
         let others_ran = slots.iter().any(|&s| s != slots[0]);
         assert!(!others_ran || slots[1..share0].iter().any(|&s| s != slots[0]), "{slots:?}");
     }
