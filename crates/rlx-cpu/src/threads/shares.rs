@@ -18,31 +18,18 @@ fn unpack(v: u64) -> (usize, usize) {
     ((v & 0xffff_ffff) as usize, (v >> 32) as usize)
 }
 
-/// Claims the next task from the front of `share`, if any is left.
-fn take_front(share: &AtomicU64) -> Option<usize> {
+/// Claims the next task of `share` from its front (its owner) or its back (another thread), if
+/// any is left.
+fn take(share: &AtomicU64, from_back: bool) -> Option<usize> {
     let mut v = share.load(Ordering::Acquire);
     loop {
         let (front, back) = unpack(v);
         if front >= back {
             return None;
         }
-        match share.compare_exchange_weak(v, pack(front + 1, back), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(front),
-            Err(now) => v = now,
-        }
-    }
-}
-
-/// Claims the last task of `share`, if any is left.
-fn take_back(share: &AtomicU64) -> Option<usize> {
-    let mut v = share.load(Ordering::Acquire);
-    loop {
-        let (front, back) = unpack(v);
-        if front >= back {
-            return None;
-        }
-        match share.compare_exchange_weak(v, pack(front, back - 1), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(back - 1),
+        let (rest, task) = if from_back { (pack(front, back - 1), back - 1) } else { (pack(front + 1, back), front) };
+        match share.compare_exchange_weak(v, rest, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(task),
             Err(now) => v = now,
         }
     }
@@ -68,7 +55,7 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     parallel_for_dynamic(n, &|_| {
         let home = &shares[slot() % n];
         loop {
-            if let Some(t) = take_front(home) {
+            if let Some(t) = take(home, false) {
                 f(t);
                 continue;
             }
@@ -77,7 +64,7 @@ pub fn parallel_for(tasks: usize, f: &(impl Fn(usize) + Sync)) {
                 let (front, back) = unpack(s.load(Ordering::Acquire));
                 back.saturating_sub(front)
             });
-            match fullest.and_then(take_back) {
+            match fullest.and_then(|s| take(s, true)) {
                 Some(t) => f(t),
                 None => return,
             }
@@ -104,11 +91,11 @@ mod tests {
     #[test]
     fn a_share_is_taken_from_the_front_by_its_owner_and_from_the_back_by_others() {
         let share = AtomicU64::new(pack(2, 6));
-        assert_eq!(take_front(&share), Some(2));
-        assert_eq!(take_back(&share), Some(5));
-        assert_eq!(take_front(&share), Some(3));
-        assert_eq!(take_back(&share), Some(4));
-        assert_eq!((take_front(&share), take_back(&share)), (None, None));
+        assert_eq!(take(&share, false), Some(2));
+        assert_eq!(take(&share, true), Some(5));
+        assert_eq!(take(&share, false), Some(3));
+        assert_eq!(take(&share, true), Some(4));
+        assert_eq!((take(&share, false), take(&share, true)), (None, None));
     }
 
     #[test]
