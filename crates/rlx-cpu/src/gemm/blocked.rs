@@ -129,9 +129,9 @@ unsafe fn tiles<T>(
             if c_far {
                 // The tile's C rows towards L2 while its k loop runs (the kernel pulls them into L1
                 // near its end).
+                let bytes = nr.min(nc - jr) * size;
                 for i in 0..mr.min(m - ir) {
                     let row = cp.wrapping_offset(i as isize * c.rs) as usize;
-                    let bytes = nr.min(nc - jr) * size;
                     (0..bytes).step_by(64).chain([bytes - 1]).for_each(|b| crate::prefetch::to_l2(row + b));
                 }
             }
@@ -378,5 +378,43 @@ impl RowSplit {
     /// The tiles of task `t`.
     pub(super) fn tiles(&self, t: usize) -> (usize, usize) {
         (self.starts[t], self.starts[t + 1])
+    }
+}
+
+/// Rows `i * tiles / of .. (i + 1) * tiles / of` of `w`-wide tiles as element bounds, clamped
+/// to `len`: block i of `of` blocks with the tiles spread evenly.
+pub(crate) fn even_span(i: usize, of: usize, tiles: usize, w: usize, len: usize) -> (usize, usize) {
+    ((i * tiles / of * w).min(len), ((i + 1) * tiles / of * w).min(len))
+}
+
+/// Row blocks grouped into one band per thread. Task t of a grid with `inner` tasks per row
+/// block (column blocks, or weights x column blocks) maps to (row block, inner index) so that a
+/// thread's contiguous share of the tasks (`threads::parallel_for`) is one band, run inner index
+/// by inner index: the same B block serves the band's row blocks in turn while it is in the
+/// thread's L2 (+2-8% on MiniLM's shapes, 2 threads). One thread, or fewer row tiles than
+/// bands need, keeps row-major order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowBands {
+    /// Row blocks, a multiple of the band count.
+    pub row_blocks: usize,
+    bands: usize,
+    per_band: usize,
+}
+
+impl RowBands {
+    /// At least `row_blocks` blocks over `tiles_m` row tiles for `threads` threads.
+    pub(crate) fn new(row_blocks: usize, tiles_m: usize, threads: usize) -> Self {
+        let bands = if threads > 1 && row_blocks.div_ceil(threads) * threads <= tiles_m { threads } else { 1 };
+        let row_blocks = row_blocks.div_ceil(bands) * bands;
+        RowBands { row_blocks, bands, per_band: row_blocks / bands }
+    }
+
+    /// Task t's (row block, inner index).
+    pub(crate) fn coords(&self, t: usize, inner: usize) -> (usize, usize) {
+        if self.bands == 1 {
+            return (t / inner, t % inner);
+        }
+        let (band, w) = (t / (self.per_band * inner), t % (self.per_band * inner));
+        (band * self.per_band + w % self.per_band, w / self.per_band)
     }
 }

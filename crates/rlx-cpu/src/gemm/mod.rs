@@ -29,6 +29,7 @@ use crate::threads;
 pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
+pub(crate) use blocked::{RowBands, even_span};
 use std::sync::{Mutex, OnceLock};
 
 /// A strided matrix view: element (i, j) is at `ptr[i * rs + j * cs]`.
@@ -511,13 +512,9 @@ unsafe fn gemm_with<T: GemmElem>(
         let tiles_m = m.div_ceil(mr);
         let rb_tiles =
             if direct_a(m, k, a, kern) { tiles_m } else { (DIRECT_A_BYTES / 2 / (kc_for(k, kern) * size) / mr).max(1) };
-        let row_blocks = tiles_m.div_ceil(rb_tiles);
-        // One band of rows per thread, as many row blocks each: a thread's share of the tasks
-        // (`parallel_for`) is its band, run a column block at a time, so the column block of B
-        // stays in its L2 while the band's row blocks pass (+2-8% on MiniLM's shapes, 2 threads).
-        let bands = if threads > 1 && row_blocks.div_ceil(threads) * threads <= tiles_m { threads } else { 1 };
-        let row_blocks = row_blocks.div_ceil(bands) * bands;
-        let per_band = row_blocks / bands;
+        // One band of rows per thread, run a column block at a time (`RowBands`).
+        let bands = RowBands::new(tiles_m.div_ceil(rb_tiles), tiles_m, threads);
+        let row_blocks = bands.row_blocks;
         // Column blocks of about GROUP_PANELS panels, enough for a task count that is a multiple
         // of the thread count (so no thread idles at the end), and not too many tasks.
         let mut col_blocks = tiles_n.div_ceil(GROUP_PANELS);
@@ -528,23 +525,10 @@ unsafe fn gemm_with<T: GemmElem>(
             col_blocks = col_blocks.div_ceil(2);
         }
         let col_blocks = col_blocks.clamp(1, tiles_n);
-        // Tiles spread evenly over the blocks.
-        let span = |i: usize, of: usize, tiles: usize, w: usize, len: usize| {
-            ((i * tiles / of * w).min(len), ((i + 1) * tiles / of * w).min(len))
-        };
-        // Task t's (row block, column block): within a band, column block by column block.
-        let coords = |t: usize| {
-            if bands == 1 {
-                (t / col_blocks, t % col_blocks)
-            } else {
-                let (band, w) = (t / (per_band * col_blocks), t % (per_band * col_blocks));
-                (band * per_band + w % per_band, w / per_band)
-            }
-        };
         let task = |t: usize| {
-            let (rb, cb) = coords(t);
-            let (i0, i1) = span(rb, row_blocks, tiles_m, mr, m);
-            let (j0, j1) = span(cb, col_blocks, tiles_n, nr, n);
+            let (rb, cb) = bands.coords(t, col_blocks);
+            let (i0, i1) = even_span(rb, row_blocks, tiles_m, mr, m);
+            let (j0, j1) = even_span(cb, col_blocks, tiles_n, nr, n);
             if i0 >= i1 || j0 >= j1 {
                 return;
             }
@@ -553,7 +537,8 @@ unsafe fn gemm_with<T: GemmElem>(
             // Each thread runs a contiguous share of the tasks (`parallel_for`): its next one is
             // most likely the next; its first B panel is prefetched during this one's last pass.
             let next = t + 1;
-            let next_j = (next < row_blocks * col_blocks).then(|| span(coords(next).1, col_blocks, tiles_n, nr, n).0);
+            let next_j = (next < row_blocks * col_blocks)
+                .then(|| even_span(bands.coords(next, col_blocks).1, col_blocks, tiles_n, nr, n).0);
             // SAFETY: tasks own disjoint blocks of C.
             unsafe {
                 gemm_direct(

@@ -252,3 +252,29 @@ fn packing_buffers_start_on_a_cache_line_and_grow_once() {
         assert_eq!((a.as_ptr(), b.as_ptr()), (ca, cb));
     }
 }
+
+#[test]
+fn row_bands_cover_every_task_once_and_give_each_thread_one_band() {
+    for (row_blocks, tiles_m, threads, inner) in
+        [(13, 86, 2, 2), (9, 86, 2, 2), (13, 86, 3, 1), (1, 7, 2, 4), (5, 5, 4, 3)]
+    {
+        let bands = super::RowBands::new(row_blocks, tiles_m, threads);
+        let rb = bands.row_blocks;
+        assert!(rb >= row_blocks && rb <= tiles_m.max(row_blocks), "{bands:?}");
+        let tasks = rb * inner;
+        let mut seen = vec![false; tasks];
+        for t in 0..tasks {
+            let (r, i) = bands.coords(t, inner);
+            assert!(r < rb && i < inner && !seen[r * inner + i], "task {t} of {bands:?}");
+            seen[r * inner + i] = true;
+        }
+        // Banded: thread s's contiguous share (`parallel_for`) is row blocks s * rb / threads ..
+        if rb.is_multiple_of(threads) && rb <= tiles_m {
+            for s in 0..threads {
+                let rows: std::collections::BTreeSet<usize> =
+                    (s * tasks / threads..(s + 1) * tasks / threads).map(|t| bands.coords(t, inner).0).collect();
+                assert_eq!(rows, (s * rb / threads..(s + 1) * rb / threads).collect(), "share {s} of {bands:?}");
+            }
+        }
+    }
+}

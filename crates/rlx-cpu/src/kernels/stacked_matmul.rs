@@ -10,7 +10,7 @@ use super::matmul::BCache;
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::elem::FloatElem;
 use crate::exec::Bufs;
-use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, gemm_src, pack_b_full, packed_b_len};
+use crate::gemm::{BSrc, GemmElem, MatMut, MatRef, RowBands, even_span, gemm_src, pack_b_full, packed_b_len};
 use crate::threads;
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, Op, OpKind, Result};
@@ -140,14 +140,11 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
     let mut caches: Vec<BCache<T>> = (0..geo.groups).map(|_| BCache::default()).collect();
     let (rb, cw) = grid::<T>(&geo);
     let nr = T::kernel().nr;
-    let (mr, threads) = (T::kernel().mr, threads::num_threads());
-    let (tiles_m, row_blocks, col_blocks) =
-        (geo.rows.div_ceil(mr), geo.rows.div_ceil(rb), geo.n.div_ceil(nr).div_ceil(cw));
-    // One band of rows per thread (as in `gemm`): a thread's share of the tasks is its band,
-    // run a weight and column block at a time (the block stays in L2 while the band passes).
-    let bands = if threads > 1 && row_blocks.div_ceil(threads) * threads <= tiles_m { threads } else { 1 };
-    let row_blocks = row_blocks.div_ceil(bands) * bands;
-    let per_band = row_blocks / bands;
+    let mr = T::kernel().mr;
+    let (tiles_m, col_blocks) = (geo.rows.div_ceil(mr), geo.n.div_ceil(nr).div_ceil(cw));
+    // One band of rows per thread (as in `gemm`), run a weight and column block at a time.
+    let bands = RowBands::new(geo.rows.div_ceil(rb), tiles_m, threads::num_threads());
+    let row_blocks = bands.row_blocks;
     let per_group = row_blocks * col_blocks;
     // Chains (bias, activation) run in place on the output; other programs through scratch.
     let plan = prog.as_ref().and_then(|p| super::epilogue::RowPlan::<T>::compile(&p.program, &p.srcs));
@@ -169,13 +166,10 @@ fn build<T: FloatElem + GemmElem>(geo: Geo, prog: Option<Prog<T>>) -> Kernel {
         let (ins, packed) = (&ins, &packed);
         let (_copy, xp, xrs) = x_rows::<T>(ins[0].0, rows, n, k);
         let task = |t: usize| {
-            let (band, within) = (t / (per_band * groups * col_blocks), t % (per_band * groups * col_blocks));
-            let (rblock, rest) = (band * per_band + within % per_band, within / per_band);
+            let (rblock, rest) = bands.coords(t, groups * col_blocks);
             let (g, j0) = (rest / col_blocks, (rest % col_blocks) * cw * nr);
-            // Tiles spread evenly over the row blocks.
-            let i0 = (rblock * tiles_m / row_blocks * mr).min(rows);
-            let m = ((rblock + 1) * tiles_m / row_blocks * mr).min(rows) - i0;
-            let w = (cw * nr).min(n - j0);
+            let (i0, i1) = even_span(rblock, row_blocks, tiles_m, mr, rows);
+            let (m, w) = (i1 - i0, (cw * nr).min(n - j0));
             if m == 0 {
                 return;
             }

@@ -1,6 +1,7 @@
 //! AVX-512 forms of the dense attention path's two products and its row softmax: 12 x 32
 //! register tiles (24 zmm accumulators, 12 broadcasts per 24 FMAs; 8 and 4 rows at the end)
-//! instead of AVX2's 4 x 16, and 16-lane exps. Same contracts as `dense.rs`'s AVX2 `gemm` and `softmax_span`.
+//! instead of AVX2's 4 x 16, and 16-lane exps. Same contracts as `dense.rs`'s AVX2 `gemm` and
+//! `softmax_span`.
 
 // Intrinsics code: every statement is unsafe; the functions document the contract.
 #![allow(unsafe_op_in_unsafe_fn)]
