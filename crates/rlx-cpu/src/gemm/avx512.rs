@@ -34,13 +34,27 @@ unsafe fn prefetch_c(c: *const i8, rs_bytes: isize, m: usize, bytes: usize) {
 /// Written in asm because intrinsics made LLVM keep B's pointer on the stack and update an
 /// address per row and step (-10% in the blocked loop).
 macro_rules! zmm_12x2_steps {
-    ($bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr, $ldb:expr, $r:expr) => {{
+    ($bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr, $ldb:expr, $r:expr) => {
+        $crate::gemm::zmm_12x2_steps!(
+            "/* {pf} {pfs} */", $bc, $fma, $ptr; $k, $a, $lda, $astep, $b, $ldb, $r, 0usize, 0usize
+        )
+    };
+    // With a prefetch stream: each step also asks for the line at `pf` in L2, then `pf += pfs`.
+    ($bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr, $ldb:expr, $r:expr;
+     stream $pf:expr, $pfs:expr) => {
+        $crate::gemm::zmm_12x2_steps!(
+            "prefetcht1 [{pf}]\n add {pf}, {pfs}", $bc, $fma, $ptr; $k, $a, $lda, $astep, $b, $ldb, $r, $pf, $pfs
+        )
+    };
+    ($pfi:literal, $bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr,
+     $ldb:expr, $r:expr, $pf:expr, $pfs:expr) => {{
         let r = $r;
         let (a0, lda) = ($a as *const u8, $lda as isize);
         std::arch::asm!(
             "test {k}, {k}",
             "jz 3f",
             "2:",
+            $pfi,
             "vmovups zmm0, [{b}]",
             "vmovups zmm1, [{b} + 64]",
             concat!($bc, " zmm2, ", $ptr, " ptr [{a0}]"),
@@ -96,6 +110,8 @@ macro_rules! zmm_12x2_steps {
             b = inout(reg) $b => _,
             ldb = in(reg) $ldb as isize,
             k = inout(reg) $k => _,
+            pf = inout(reg) $pf => _,
+            pfs = in(reg) $pfs,
             inout("zmm8") r[0][0],
             inout("zmm9") r[0][1],
             inout("zmm10") r[1][0],
@@ -130,7 +146,7 @@ pub(crate) use zmm_12x2_steps;
 
 /// Defines `$name::<MR, NV>`: the tile routine for one element type and its zmm intrinsics.
 macro_rules! zmm_tile {
-    ($name:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
+    ($name:ident, $stream_name:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
      $add:ident, $store:ident, $mload:ident, $mstore:ident, $bc:literal, $fma_asm:literal, $ptr:literal) => {
         /// Computes an MR x LANES*NV tile of `A * B` over `kc` and writes (or adds) its first
         /// m x n entries into C. A packed panel (`a.rs == 1, a.cs == MR`) is read at fixed
@@ -151,13 +167,36 @@ macro_rules! zmm_tile {
             n: usize,
             acc: bool,
         ) {
+            $stream_name::<MR, NV>(kc, a, b, c, rs, m, n, acc, 0, 0)
+        }
+
+        /// `$name` that also prefetches into L2 the lines from address `pf` on, `pfs` bytes
+        /// apart, one per k step (`pfs == 0`: none): data a later tile reads, fetched while
+        /// this one computes, without the stall of a burst of prefetches.
+        ///
+        /// # Safety
+        /// As `$name` (`pf` may be any address: prefetches never fault).
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $stream_name<const MR: usize, const NV: usize>(
+            kc: usize,
+            a: APanel<$t>,
+            b: *const $t,
+            c: *mut $t,
+            rs: isize,
+            m: usize,
+            n: usize,
+            acc: bool,
+            pf: usize,
+            pfs: usize,
+        ) {
             const L: usize = $lanes;
             // Short edge tiles: a smaller register tile does only the rows that exist.
             if MR > 8 && m <= 8 {
                 return if m <= 4 {
-                    $name::<4, NV>(kc, a, b, c, rs, m, n, acc)
+                    $stream_name::<4, NV>(kc, a, b, c, rs, m, n, acc, pf, pfs)
                 } else {
-                    $name::<8, NV>(kc, a, b, c, rs, m, n, acc)
+                    $stream_name::<8, NV>(kc, a, b, c, rs, m, n, acc, pf, pfs)
                 };
             }
             let size = std::mem::size_of::<$t>();
@@ -168,7 +207,12 @@ macro_rules! zmm_tile {
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
             let packed = a.rs == 1 && a.cs == MR as isize;
-            if MR == 12 && NV == 2 && (packed || (m == 12 && a.cs == 1)) {
+            let in_asm = MR == 12 && NV == 2 && (packed || (m == 12 && a.cs == 1));
+            if !in_asm {
+                // The other tiles issue their share of the stream up front.
+                (0..kc * pfs).step_by(64.max(pfs)).for_each(|o| crate::prefetch::to_l2(pf + o));
+            }
+            if in_asm {
                 // The 12-row tile in asm. Packed: row i at element i, a step moves one panel row;
                 // in place (all 12 rows exist): rows `a.rs` apart, a step moves one element.
                 let (lda, astep) =
@@ -176,10 +220,18 @@ macro_rules! zmm_tile {
                 let (ldb, head) = (L * NV * size, kc - tail);
                 // SAFETY: MR == 12 and NV == 2: the same type.
                 let r12 = &mut *(&mut r as *mut [[$v; NV]; MR] as *mut [[$v; 2]; 12]);
-                zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
-                prefetch_c(cb, rsb, m, wb);
                 let a1 = (a.ptr as *const u8).offset(head as isize * astep) as *const $t;
-                zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b.add(head * L * NV), ldb, &mut *r12);
+                let b1 = b.add(head * L * NV);
+                if pfs == 0 {
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12);
+                    prefetch_c(cb, rsb, m, wb);
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12);
+                } else {
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; head, a.ptr, lda, astep, b, ldb, &mut *r12; stream pf, pfs);
+                    prefetch_c(cb, rsb, m, wb);
+                    let pf1 = pf + head * pfs;
+                    zmm_12x2_steps!($bc, $fma_asm, $ptr; tail, a1, lda, astep, b1, ldb, &mut *r12; stream pf1, pfs);
+                }
             } else if packed {
                 // Two copies of the k loop on purpose: one step closure for both (offsets passed
                 // in) measured 39-50 GFLOP/s against 113-115 (the accumulators left zmm).
@@ -260,6 +312,7 @@ macro_rules! zmm_tile {
 
 zmm_tile!(
     f32_tile,
+    f32_tile_stream,
     f32,
     __m512,
     16,
@@ -279,6 +332,7 @@ zmm_tile!(
 
 zmm_tile!(
     f64_tile,
+    f64_tile_stream,
     f64,
     __m512d,
     8,

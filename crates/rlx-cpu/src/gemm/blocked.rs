@@ -121,9 +121,17 @@ unsafe fn tiles<T>(
             Prefetch::Panels { after } => after.map(|p| p as usize),
         };
         for (t, ir) in (0..m).step_by(mr).enumerate() {
+            // This tile's share of the next panel's lines: streamed by a kernel that can (one
+            // line per k step or so: a burst of prefetches stalls once the fill buffers run out),
+            // else asked for now.
+            let mut stream = None;
             if let Some(next) = next {
                 let from = t * per_tile;
-                (from..(from + per_tile).min(lines)).for_each(|l| crate::prefetch::to_l2(next + l * 64));
+                let count = per_tile.min(lines.saturating_sub(from));
+                match kern.stream {
+                    Some(f) if count > 0 => stream = Some((f, next + from * 64, (count * 64).div_ceil(kc))),
+                    _ => (from..from + count).for_each(|l| crate::prefetch::to_l2(next + l * 64)),
+                }
             }
             let cp = c.ptr.wrapping_offset(ir as isize * c.rs + jr as isize);
             if c_far {
@@ -137,7 +145,12 @@ unsafe fn tiles<T>(
             }
             // SAFETY: A covers the tile's rows and kc columns, the B panel holds kc*NR elements;
             // the tile lies inside C.
-            unsafe { (kern.micro)(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc) };
+            unsafe {
+                match stream {
+                    Some((f, pf, pfs)) => f(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc, pf, pfs),
+                    None => (kern.micro)(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc),
+                }
+            };
         }
     }
 }

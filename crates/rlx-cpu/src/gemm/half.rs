@@ -89,7 +89,7 @@ fn kernel() -> Kernel<f32> {
         return k;
     }
     let (mr, nr) = (<f32 as GemmElem>::MR, <f32 as GemmElem>::NR);
-    Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro }
+    Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro, stream: None }
 }
 
 /// f32 elements `pack_b_full` writes for a k x n B.

@@ -41,15 +41,22 @@ pub fn f32_kernels() -> Vec<Kernel<f32>> {
         let (mr, nr) = AVX512_F32;
         if has_avx512() {
             let kc = avx512_kc();
-            v.push(Kernel { name: "avx512-12x32", mr, nr, kc, micro: super::avx512::f32_tile::<12, 2> });
+            v.push(Kernel {
+                name: "avx512-12x32",
+                mr,
+                nr,
+                kc,
+                micro: super::avx512::f32_tile::<12, 2>,
+                stream: Some(super::avx512::f32_tile_stream::<12, 2>),
+            });
         }
         if has_avx2() {
-            v.push(Kernel { name: "avx2-6x16", mr: 6, nr: 16, kc: KC, micro: x86::f32_6x16 });
+            v.push(Kernel { name: "avx2-6x16", mr: 6, nr: 16, kc: KC, micro: x86::f32_6x16, stream: None });
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel { name: "neon-8x12", mr: 8, nr: 12, kc: KC, micro: super::neon::f32_8x12 });
-    v.push(Kernel { name: "portable-6x16", mr: 6, nr: 16, kc: KC, micro: generic::<f32, 6, 16> });
+    v.push(Kernel { name: "neon-8x12", mr: 8, nr: 12, kc: KC, micro: super::neon::f32_8x12, stream: None });
+    v.push(Kernel { name: "portable-6x16", mr: 6, nr: 16, kc: KC, micro: generic::<f32, 6, 16>, stream: None });
     v
 }
 
@@ -62,15 +69,22 @@ pub fn f64_kernels() -> Vec<Kernel<f64>> {
         let (mr, nr) = AVX512_F64;
         if has_avx512() {
             let kc = avx512_kc();
-            v.push(Kernel { name: "avx512-12x16", mr, nr, kc, micro: super::avx512::f64_tile::<12, 2> });
+            v.push(Kernel {
+                name: "avx512-12x16",
+                mr,
+                nr,
+                kc,
+                micro: super::avx512::f64_tile::<12, 2>,
+                stream: Some(super::avx512::f64_tile_stream::<12, 2>),
+            });
         }
         if has_avx2() {
-            v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8 });
+            v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8, stream: None });
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel { name: "neon-6x8", mr: 6, nr: 8, kc: KC, micro: super::neon::f64_6x8 });
-    v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8> });
+    v.push(Kernel { name: "neon-6x8", mr: 6, nr: 8, kc: KC, micro: super::neon::f64_6x8, stream: None });
+    v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8>, stream: None });
     v
 }
 

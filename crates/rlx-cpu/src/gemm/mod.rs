@@ -77,6 +77,10 @@ unsafe impl<T: Send> Send for MatMut<T> {}
 /// A micro-kernel's entry point, with the contract of `GemmElem::micro` for its own tile.
 pub type MicroFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize, usize, bool);
 
+/// `MicroFn` that also prefetches a stream into L2 across its k loop: the lines from address
+/// `pf` (second to last argument) on, the last argument bytes apart, one per k step.
+pub type StreamFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize, usize, bool, usize, usize);
+
 /// A micro-kernel and its blocking: `micro` computes an `mr` x `nr` tile (the contract of
 /// `GemmElem::micro` with MR = `mr`, NR = `nr`), k blocks are at most `kc` deep. An A panel with
 /// `rs == 1, cs == mr` is taken as packed: all `mr` rows readable (zero padded past m).
@@ -92,6 +96,8 @@ pub struct Kernel<T> {
     pub kc: usize,
     /// The tile routine.
     pub micro: MicroFn<T>,
+    /// The tile routine with a prefetch stream, where the kernel has one.
+    pub stream: Option<StreamFn<T>>,
 }
 
 /// An element type with a micro-kernel.

@@ -49,10 +49,24 @@ fn check(m: usize, n: usize, k: usize) {
         }
         // A tile no shipped x86 kernel has (12 columns do not divide the 2048-column block,
         // as NEON's 8 x 12) and a shallow k block.
-        let odd = Kernel { name: "portable-5x12", mr: 5, nr: 12, kc: 100, micro: kernels::generic::<f32, 5, 12> };
+        let odd = Kernel {
+            name: "portable-5x12",
+            mr: 5,
+            nr: 12,
+            kc: 100,
+            micro: kernels::generic::<f32, 5, 12>,
+            stream: None,
+        };
         check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
         // A tile of more than 8 rows: wide products read A from panels packed once.
-        let tall = Kernel { name: "portable-13x8", mr: 13, nr: 8, kc: 64, micro: kernels::generic::<f32, 13, 8> };
+        let tall = Kernel {
+            name: "portable-13x8",
+            mr: 13,
+            nr: 8,
+            kc: 64,
+            micro: kernels::generic::<f32, 13, 8>,
+            stream: None,
+        };
         check_kernel(&tall, threads, m, n, k, &a, &b, &want, 1e-3);
     }
 }
@@ -274,6 +288,31 @@ fn row_bands_cover_every_task_once_and_give_each_thread_one_band() {
                 let rows: std::collections::BTreeSet<usize> =
                     (s * tasks / threads..(s + 1) * tasks / threads).map(|t| bands.coords(t, inner).0).collect();
                 assert_eq!(rows, (s * rb / threads..(s + 1) * rb / threads).collect(), "share {s} of {bands:?}");
+            }
+        }
+    }
+}
+
+/// A kernel's prefetch-stream form computes the same tile as its plain form (full tiles in asm,
+/// short and narrow edge tiles through the other paths), with the stream pointing anywhere.
+#[test]
+fn stream_kernels_match_their_plain_form() {
+    let kc = 40;
+    for kern in f32::kernels().into_iter().filter(|k| k.stream.is_some()) {
+        let (mr, nr) = (kern.mr, kern.nr);
+        let a: Vec<f32> = (0..mr * kc).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+        let b: Vec<f32> = (0..nr * kc).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+        let ap = MatRef { ptr: a.as_ptr(), rs: 1, cs: mr as isize };
+        for (m, n) in [(mr, nr), (mr - 1, nr), (3, nr - 5), (mr, 1)] {
+            for acc in [false, true] {
+                let (mut plain, mut streamed) = (vec![1.5f32; mr * nr], vec![1.5f32; mr * nr]);
+                let stream = kern.stream.expect("filtered");
+                // SAFETY: the panels hold mr x kc and kc x nr elements, C the whole tile.
+                unsafe {
+                    (kern.micro)(kc, ap, b.as_ptr(), plain.as_mut_ptr(), nr as isize, m, n, acc);
+                    stream(kc, ap, b.as_ptr(), streamed.as_mut_ptr(), nr as isize, m, n, acc, b.as_ptr() as usize, 24);
+                }
+                assert_eq!(plain, streamed, "{} m {m} n {n} acc {acc}", kern.name);
             }
         }
     }
