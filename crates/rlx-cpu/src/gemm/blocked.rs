@@ -60,10 +60,12 @@ impl<T: GemmElem> ASrc<T> {
 }
 
 /// Whether `tiles` prefetches B micro-panels into L2, a slice per tile while the one before is
-/// in use: a panel streamed from DRAM otherwise stalls the first tile that reads it (the hardware
-/// prefetcher stops at every 4 KiB page). Paired runs on a Xeon, 2 threads, weights read from
-/// DRAM: +18-29% at m = 128 (214 -> 263-280 GFLOP/s at 128 x 384 x 1536), +8-10% at m = 1024;
-/// with B in cache, -1.5-3.5%, so only B packed ahead of time (weights) is prefetched.
+/// in use: a panel streamed from DRAM or L3 otherwise stalls the first tile that reads it (the
+/// hardware prefetcher stops at every 4 KiB page). Paired runs on a Xeon, 2 threads, weights read
+/// from DRAM: +18-29% at m = 128 (214 -> 263-280 GFLOP/s at 128 x 384 x 1536), +8-10% at m =
+/// 1024. The blocked paths' B blocks (2 MiB, packed by both threads) too, since the kernel streams
+/// the prefetches (`Stream`): n^3 +3-5% at 512, +6-15% at 1024, +2-5% at 4096. Only a group of
+/// panels packed right before use (`gemm_direct`, B a view) goes without.
 #[derive(Clone, Copy)]
 enum Prefetch<T> {
     Off,
@@ -214,7 +216,7 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
                     let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jc, jr);
                     let cb = MatMut { ptr: c.ptr.wrapping_offset(ic as isize * c.rs + (j0 + jc) as isize), rs: c.rs };
                     // SAFETY: the packed blocks cover the tiles; the block lies inside C.
-                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Off, true) };
+                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true) };
                     if pc + kc == k
                         && let Some(f) = epi
                     {
@@ -344,7 +346,7 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                     let ct = c.skip_rows(i0);
                     let cb = MatMut { ptr: ct.ptr.wrapping_add(jc), rs: ct.rs };
                     // SAFETY: the packed blocks cover the tiles; tasks own disjoint rows of C.
-                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Off, true) };
+                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true) };
                 });
                 if pc + kc == k
                     && let Some(f) = epi
