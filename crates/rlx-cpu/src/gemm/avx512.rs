@@ -170,9 +170,9 @@ macro_rules! zmm_tile {
             $stream_name::<MR, NV>(kc, a, b, c, rs, m, n, acc, 0, 0)
         }
 
-        /// `$name` that also prefetches into L2 the lines from address `pf` on, `pfs` bytes
-        /// apart, one per k step (`pfs == 0`: none): data a later tile reads, fetched while
-        /// this one computes, without the stall of a burst of prefetches.
+        /// `$name` that also prefetches into L2 from address `pf` on, one address per k step,
+        /// `pfs` (at most 64) bytes apart (`pfs == 0`: none): data a later tile reads, fetched
+        /// while this one computes, without the stall of a burst of prefetches.
         ///
         /// # Safety
         /// As `$name` (`pf` may be any address: prefetches never fault).

@@ -64,7 +64,7 @@ impl<T: GemmElem> ASrc<T> {
 /// hardware prefetcher stops at every 4 KiB page). Paired runs on a Xeon, 2 threads, weights read
 /// from DRAM: +18-29% at m = 128 (214 -> 263-280 GFLOP/s at 128 x 384 x 1536), +8-10% at m =
 /// 1024. The blocked paths' B blocks (2 MiB, packed by both threads) too, since the kernel streams
-/// the prefetches (`Stream`): n^3 +3-5% at 512, +6-15% at 1024, +2-5% at 4096. Only a group of
+/// the prefetches (`Kernel::stream`): n^3 +3-5% at 512, +6-15% at 1024, +2-5% at 4096. Only a group of
 /// panels packed right before use (`gemm_direct`, B a view) goes without.
 #[derive(Clone, Copy)]
 enum Prefetch<T> {
@@ -130,10 +130,12 @@ unsafe fn tiles<T>(
             if let Some(next) = next {
                 let from = t * per_tile;
                 let count = per_tile.min(lines.saturating_sub(from));
-                match kern.stream {
-                    Some(f) if count > 0 => stream = Some((f, next + from * 64, (count * 64).div_ceil(kc))),
-                    _ => (from..from + count).for_each(|l| crate::prefetch::to_l2(next + l * 64)),
+                // At most a line a step is streamed (a one-tile panel has two lines a step).
+                let streamed = if kern.stream.is_some() { count.min(kc) } else { 0 };
+                if let Some(f) = kern.stream.filter(|_| streamed > 0) {
+                    stream = Some((f, next + from * 64, (streamed * 64).div_ceil(kc)));
                 }
+                (from + streamed..from + count).for_each(|l| crate::prefetch::to_l2(next + l * 64));
             }
             let cp = c.ptr.wrapping_offset(ir as isize * c.rs + jr as isize);
             if c_far {

@@ -77,8 +77,8 @@ unsafe impl<T: Send> Send for MatMut<T> {}
 /// A micro-kernel's entry point, with the contract of `GemmElem::micro` for its own tile.
 pub type MicroFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize, usize, bool);
 
-/// `MicroFn` that also prefetches a stream into L2 across its k loop: the lines from address
-/// `pf` (second to last argument) on, the last argument bytes apart, one per k step.
+/// `MicroFn` that also prefetches a stream into L2 across its k loop: from address `pf` (second
+/// to last argument) on, one address per k step, the last argument (at most 64) bytes apart.
 pub type StreamFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize, usize, bool, usize, usize);
 
 /// A micro-kernel and its blocking: `micro` computes an `mr` x `nr` tile (the contract of

@@ -294,26 +294,35 @@ fn row_bands_cover_every_task_once_and_give_each_thread_one_band() {
 }
 
 /// A kernel's prefetch-stream form computes the same tile as its plain form (full tiles in asm,
-/// short and narrow edge tiles through the other paths), with the stream pointing anywhere.
+/// A packed or read in place, short and narrow edge tiles through the other paths), with the
+/// stream pointing anywhere.
 #[test]
 fn stream_kernels_match_their_plain_form() {
-    let kc = 40;
-    for kern in f32::kernels().into_iter().filter(|k| k.stream.is_some()) {
-        let (mr, nr) = (kern.mr, kern.nr);
-        let a: Vec<f32> = (0..mr * kc).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
-        let b: Vec<f32> = (0..nr * kc).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
-        let ap = MatRef { ptr: a.as_ptr(), rs: 1, cs: mr as isize };
-        for (m, n) in [(mr, nr), (mr - 1, nr), (3, nr - 5), (mr, 1)] {
-            for acc in [false, true] {
-                let (mut plain, mut streamed) = (vec![1.5f32; mr * nr], vec![1.5f32; mr * nr]);
-                let stream = kern.stream.expect("filtered");
-                // SAFETY: the panels hold mr x kc and kc x nr elements, C the whole tile.
-                unsafe {
-                    (kern.micro)(kc, ap, b.as_ptr(), plain.as_mut_ptr(), nr as isize, m, n, acc);
-                    stream(kc, ap, b.as_ptr(), streamed.as_mut_ptr(), nr as isize, m, n, acc, b.as_ptr() as usize, 24);
+    fn each<T: GemmElem + Elem + Copy + PartialEq + std::fmt::Debug>() {
+        let kc = 40;
+        for kern in T::kernels().into_iter().filter(|k| k.stream.is_some()) {
+            let (mr, nr) = (kern.mr, kern.nr);
+            let a: Vec<T> = (0..mr * kc).map(|i| T::of(((i * 7 % 13) as f64 - 6.0) / 5.0)).collect();
+            let b: Vec<T> = (0..nr * kc).map(|i| T::of(((i * 5 % 11) as f64 - 5.0) / 3.0)).collect();
+            let packed = MatRef { ptr: a.as_ptr(), rs: 1, cs: mr as isize };
+            let in_place = MatRef { ptr: a.as_ptr(), rs: kc as isize, cs: 1 };
+            let stream = kern.stream.expect("filtered");
+            for ap in [packed, in_place] {
+                for (m, n) in [(mr, nr), (mr - 1, nr), (3, nr - 5), (mr, 1)] {
+                    for acc in [false, true] {
+                        let (mut plain, mut streamed) = (vec![T::of(1.5); mr * nr], vec![T::of(1.5); mr * nr]);
+                        let pf = b.as_ptr() as usize;
+                        // SAFETY: A holds mr x kc elements in either layout, B kc x nr, C the tile.
+                        unsafe {
+                            (kern.micro)(kc, ap, b.as_ptr(), plain.as_mut_ptr(), nr as isize, m, n, acc);
+                            stream(kc, ap, b.as_ptr(), streamed.as_mut_ptr(), nr as isize, m, n, acc, pf, 24);
+                        }
+                        assert_eq!(plain, streamed, "{} m {m} n {n} acc {acc} a.cs {}", kern.name, ap.cs);
+                    }
                 }
-                assert_eq!(plain, streamed, "{} m {m} n {n} acc {acc}", kern.name);
             }
         }
     }
+    each::<f32>();
+    each::<f64>();
 }
