@@ -291,6 +291,10 @@ fn row_bands_cover_every_task_once_and_give_each_thread_one_band() {
             }
         }
     }
+    // All rows in one block (m = 128): not split into bands, the threads split the columns.
+    let one = super::RowBands::new(1, 11, 2);
+    assert_eq!(one.row_blocks, 1, "{one:?}");
+    assert_eq!((0..4).map(|t| one.coords(t, 4)).collect::<Vec<_>>(), [(0, 0), (0, 1), (0, 2), (0, 3)]);
 }
 
 /// A kernel's prefetch-stream form computes the same tile as its plain form (full tiles in asm,
