@@ -1,7 +1,7 @@
 //! f16/bf16 GEMM with f32 accumulation: A and B are widened to f32 while they are packed into
 //! the f32 micro-kernel's panels (all of k per panel), the f32 micro-kernel sums each tile over
 //! all of k in registers, and the tile is rounded once (to nearest even) into C. bf16 on a CPU
-//! with AVX-512 BF16 is packed as bf16 pairs instead and summed by `vdpbf16ps` (`half_bf16.rs`).
+//! where `vdpbf16ps` pays (Zen 4, `half_bf16::enabled`) is packed as bf16 pairs instead.
 //! A row block of packed A and one B panel stay in L2 while a task walks its tiles. Packing
 //! scratch belongs to the calling thread (a slot per pool worker, a thread-local elsewhere),
 //! grown once and reused, so a warm call allocates nothing.
