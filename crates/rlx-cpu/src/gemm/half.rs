@@ -187,6 +187,17 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if packed_b.is_none()
+        && std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>()
+        && super::half_amx::available()
+    {
+        // H is bf16 (checked): the casts keep the element layout.
+        let cast = |x: MatRef<H>| MatRef { ptr: x.ptr as *const ::half::bf16, rs: x.rs, cs: x.cs };
+        let cb = MatMut { ptr: c.ptr as *mut ::half::bf16, rs: c.rs };
+        // SAFETY: AMX is available; the rest is forwarded.
+        return unsafe { super::half_amx::gemm(m, n, k, cast(a), cast(b), cb, threads, epi) };
+    }
     let kern = kernel();
     let (mr, nr) = (kern.mr, kern.nr);
     let pairs = bf16_pairs::<H>();

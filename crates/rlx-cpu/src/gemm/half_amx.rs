@@ -1,0 +1,317 @@
+//! bf16 GEMM on AMX tiles (`tdpbf16ps`): each instruction sums a 16 x 16 f32 block over 32 k of
+//! bf16 products, sixteen times the sums of a zmm FMA. A is copied per 32-row block into
+//! zero-padded rows of whole 32-k chunks, B into 16-column pair panels (row p of a panel: the
+//! pairs (2p, 2p + 1) of its 16 columns, the layout `tdpbf16ps` reads); a task holds a 32 x 32
+//! block of C in four tiles over all of k, then each row goes through the epilogue and is
+//! rounded once into C. Products are exact and the sums f32, as on the other paths; only their
+//! order differs, and the instruction flushes f32 denormals to zero.
+
+// Intrinsics and asm code: every statement is unsafe; the functions document the contract.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use super::half::TileEpilogue;
+use super::{MatMut, MatRef};
+use ::half::bf16;
+use std::arch::asm;
+
+/// Rows (and columns) of one tile; a task's block is two by two tiles.
+const T: usize = 16;
+/// k per tile step (16 pairs of bf16).
+const KT: usize = 32;
+
+/// Whether bf16 products run here: the CPU has AMX-TILE and AMX-BF16, the kernel grants this
+/// process the tile state, and `RLX_BF16_AMX=0` is not set. Asked once.
+pub fn available() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        if std::env::var("RLX_BF16_AMX").is_ok_and(|v| v == "0") {
+            return false;
+        }
+        // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+        let leaf = std::arch::x86_64::__cpuid_count(7, 0);
+        if std::arch::x86_64::__get_cpuid_max(0).0 < 7 || leaf.edx & (1 << 22) == 0 || leaf.edx & (1 << 24) == 0 {
+            return false;
+        }
+        request_tile_state()
+    })
+}
+
+/// Asks Linux for the AMX tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`);
+/// without it the first tile instruction faults.
+fn request_tile_state() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const SYS_ARCH_PRCTL: i64 = 158;
+        const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+        const XFEATURE_XTILEDATA: i64 = 18;
+        let ret: i64;
+        // SAFETY: a plain syscall with integer arguments; it only changes this process's
+        // permitted xsave features.
+        unsafe {
+            asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => ret, in("rdi") ARCH_REQ_XCOMP_PERM,
+                 in("rsi") XFEATURE_XTILEDATA, lateout("rcx") _, lateout("r11") _, options(nostack));
+        }
+        ret == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// The tile configuration (palette 1): tmm0-3 the C tiles, tmm4-5 A, tmm6-7 B, each 16 rows of
+/// 64 bytes.
+#[repr(C, align(64))]
+struct Config {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+/// Elements per B pair panel of k: 16 columns x 2 over `pairs16(k)` pair rows.
+fn panel_len(k: usize) -> usize {
+    k.div_ceil(KT) * KT * T
+}
+
+/// Packs B's 16-column panels as pairs: panel q, pair row p, column c holds B(2p, 16q + c) and
+/// B(2p + 1, 16q + c); zero past k and past n.
+///
+/// # Safety
+/// B covers k x n; `out` holds `n.div_ceil(16) * panel_len(k)` elements.
+unsafe fn pack_b(b: MatRef<bf16>, k: usize, n: usize, out: &mut [u16], threads: usize) {
+    let (len, panels) = (panel_len(k), n.div_ceil(T));
+    let base = out.as_mut_ptr() as usize;
+    // Captured whole (a view is Sync, its raw pointer field alone is not).
+    let b = &b;
+    let pack = |q: usize| {
+        // SAFETY: tasks write disjoint panels of `out`.
+        let panel = std::slice::from_raw_parts_mut((base as *mut u16).add(q * len), len);
+        let cols = T.min(n - q * T);
+        for (p, row) in panel.chunks_exact_mut(2 * T).enumerate() {
+            for h in 0..2 {
+                let kk = 2 * p + h;
+                if kk >= k {
+                    (0..T).for_each(|c| row[2 * c + h] = 0);
+                    continue;
+                }
+                let src = b.ptr.offset(kk as isize * b.rs + (q * T) as isize * b.cs);
+                for c in 0..T {
+                    row[2 * c + h] = if c < cols { (*src.offset(c as isize * b.cs)).to_bits() } else { 0 };
+                }
+            }
+        }
+    };
+    if threads > 1 && panels > 1 {
+        crate::threads::parallel_for(panels, &pack);
+    } else {
+        (0..panels).for_each(pack);
+    }
+}
+
+/// Copies rows `i0..i0 + 32` of A (zero past m) into `out`, rows of `k32` bf16 (zero past k).
+///
+/// # Safety
+/// A covers m x k; `out` holds `2 * T * k32` elements.
+unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out: &mut [u16]) {
+    for (r, row) in out.chunks_exact_mut(k32).take(2 * T).enumerate() {
+        let i = i0 + r;
+        if i >= m {
+            row.fill(0);
+            continue;
+        }
+        let src = a.ptr.offset(i as isize * a.rs);
+        if a.cs == 1 {
+            // A contiguous row: its bits copied at once (bf16 is a u16 underneath).
+            std::ptr::copy_nonoverlapping(src as *const u16, row.as_mut_ptr(), k);
+        } else {
+            (0..k).for_each(|p| row[p] = (*src.offset(p as isize * a.cs)).to_bits());
+        }
+        row[k..].fill(0);
+    }
+}
+
+/// The 32 x 32 f32 block `A_rows * B_panels` over all of k into `out` (rows of 32): A rows
+/// `a` (row stride `k32` bf16), B panels `b0` and `b1` (pair rows of 64 bytes).
+///
+/// # Safety
+/// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
+#[target_feature(enable = "avx512f")]
+unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32) {
+    let lda = k32 * 2;
+    let a1 = a.add(T * k32);
+    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
+    for kk in (0..k32).step_by(KT) {
+        // Pair rows kk / 2 .. + 16 of each B panel: 64 bytes apart.
+        let (pb0, pb1) = (b0.add(kk * T), b1.add(kk * T));
+        asm!(
+            "tileloadd tmm4, [{a0} + {lda} * 1]",
+            "tileloadd tmm5, [{a1} + {lda} * 1]",
+            "tileloadd tmm6, [{b0} + {ldb} * 1]",
+            "tileloadd tmm7, [{b1} + {ldb} * 1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            a0 = in(reg) a.add(kk),
+            a1 = in(reg) a1.add(kk),
+            b0 = in(reg) pb0,
+            b1 = in(reg) pb1,
+            lda = in(reg) lda,
+            ldb = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+    }
+    let ldc = 2 * T * 4;
+    asm!(
+        "tilestored [{c0} + {ldc} * 1], tmm0",
+        "tilestored [{c1} + {ldc} * 1], tmm1",
+        "tilestored [{c2} + {ldc} * 1], tmm2",
+        "tilestored [{c3} + {ldc} * 1], tmm3",
+        c0 = in(reg) out,
+        c1 = in(reg) out.add(T),
+        c2 = in(reg) out.add(T * 2 * T),
+        c3 = in(reg) out.add(T * 2 * T + T),
+        ldc = in(reg) ldc,
+        options(nostack),
+    );
+}
+
+thread_local! {
+    /// The packed B of the product this thread runs, grown once and reused: a warm call
+    /// allocates nothing.
+    static B_SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The A block of the task this thread runs, likewise.
+    static A_SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// C = A * B for bf16 A (m x k), B (k x n) and C, sums in f32 on AMX; `epi(row, first column,
+/// values)` on each finished f32 row run before it is rounded. Splits the 32-row blocks of C
+/// over the pool when `threads > 1`.
+///
+/// # Safety
+/// `available()`; the views cover their matrices; C does not alias A or B.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<bf16>,
+    b: MatRef<bf16>,
+    c: MatMut<bf16>,
+    threads: usize,
+    epi: Option<TileEpilogue<'_>>,
+) {
+    // An even number of panels: the last block's second panel reads zeros.
+    let len = n.div_ceil(2 * T) * 2 * panel_len(k);
+    let row_blocks = m.div_ceil(2 * T);
+    B_SCRATCH.with_borrow_mut(|pb| {
+        if pb.len() < len {
+            pb.resize(len, 0);
+        }
+        pb[len - panel_len(k)..len].fill(0);
+        pack_b(b, k, n, pb, threads);
+        let (pb, c) = (pb.as_ptr() as usize, MatMut { ptr: c.ptr, rs: c.rs });
+        let c_addr = c.ptr as usize;
+        // A task: a row block over all column blocks (its A copy made once).
+        let task = |rb: usize| {
+            let c = MatMut { ptr: c_addr as *mut bf16, rs: c.rs };
+            // SAFETY: forwarded; tasks own disjoint rows of C.
+            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rb, m, n, k, a, pb as *const u16, pa, c, epi) })
+        };
+        if threads > 1 && row_blocks > 1 {
+            crate::threads::parallel_for(row_blocks, &task);
+        } else {
+            (0..row_blocks).for_each(task);
+        }
+    });
+}
+
+/// Row block `rb` (rows 32 rb ..) of C over all its column blocks: A copied into `pa`, each
+/// 32 x 32 block summed on the tiles, passed row by row to `epi` and rounded into C.
+///
+/// # Safety
+/// As `gemm`; `pb` holds B packed by `pack_b` (an even number of panels).
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows(
+    rb: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<bf16>,
+    pb: *const u16,
+    pa: &mut Vec<u16>,
+    c: MatMut<bf16>,
+    epi: Option<TileEpilogue<'_>>,
+) {
+    let k32 = k.div_ceil(KT) * KT;
+    if pa.len() < 2 * T * k32 {
+        pa.resize(2 * T * k32, 0);
+    }
+    let i0 = rb * 2 * T;
+    pack_a(a, i0, m, k, k32, pa);
+    let cfg = Config {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: std::array::from_fn(|t| if t < 8 { 64 } else { 0 }),
+        rows: std::array::from_fn(|t| if t < 8 { T as u8 } else { 0 }),
+    };
+    asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+    let mut out = [0f32; 4 * T * T];
+    for cb in 0..n.div_ceil(2 * T) {
+        let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
+        block(k32, pa.as_ptr(), b0, b1, out.as_mut_ptr());
+        let j0 = cb * 2 * T;
+        let w = (2 * T).min(n - j0);
+        for r in 0..(2 * T).min(m - i0) {
+            let row = &mut out[r * 2 * T..r * 2 * T + w];
+            if let Some(f) = epi {
+                f(i0 + r, j0, row);
+            }
+            super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i0 + r) as isize * c.rs + j0 as isize));
+        }
+    }
+    asm!("tilerelease", options(nostack));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_f64_sums_of_the_bf16_products() {
+        if !available() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        for (m, n, k) in [(32, 32, 32), (5, 17, 7), (1, 1, 1), (45, 70, 100), (64, 48, 33)] {
+            let a: Vec<bf16> = (0..m * k).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 3.0)).collect();
+            let b: Vec<bf16> = (0..k * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 7.0)).collect();
+            let mut c = vec![bf16::from_f32(f32::NAN); m * n];
+            for threads in [1, 2] {
+                // SAFETY: AMX is available; the buffers hold the matrices.
+                unsafe {
+                    gemm(
+                        m,
+                        n,
+                        k,
+                        MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 },
+                        MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 },
+                        MatMut { ptr: c.as_mut_ptr(), rs: n as isize },
+                        threads,
+                        None,
+                    )
+                };
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|p| a[i * k + p].to_f64() * b[p * n + j].to_f64()).sum();
+                        let got = c[i * n + j].to_f64();
+                        // One bf16 rounding of the f32 sum (relative 2^-8), plus the f32 sums.
+                        let tol = want.abs() * 4e-3 + 1e-3;
+                        assert!((got - want).abs() <= tol, "{m}x{n}x{k} ({i}, {j}): {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+}
