@@ -28,8 +28,11 @@ pub fn available() -> bool {
             return false;
         }
         // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+        if std::arch::x86_64::__get_cpuid_max(0).0 < 7 {
+            return false;
+        }
         let leaf = std::arch::x86_64::__cpuid_count(7, 0);
-        if std::arch::x86_64::__get_cpuid_max(0).0 < 7 || leaf.edx & (1 << 22) == 0 || leaf.edx & (1 << 24) == 0 {
+        if leaf.edx & (1 << 22) == 0 || leaf.edx & (1 << 24) == 0 {
             return false;
         }
         request_tile_state()
@@ -135,7 +138,6 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
 ///
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
-#[target_feature(enable = "avx512f")]
 unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32) {
     let lda = k32 * 2;
     let a1 = a.add(T * k32);
