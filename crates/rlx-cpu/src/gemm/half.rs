@@ -92,10 +92,15 @@ fn kernel() -> Kernel<f32> {
     Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro, stream: None }
 }
 
-/// f32 elements `pack_b_full` writes for a k x n B.
+/// f32 elements `pack_b_full` writes for a k x n B (room for the AMX layout where it runs).
 pub fn packed_b_len(k: usize, n: usize) -> usize {
     let nr = kernel().nr;
-    n.div_ceil(nr) * nr * k
+    let widened = n.div_ceil(nr) * nr * k;
+    #[cfg(target_arch = "x86_64")]
+    if super::half_amx::available() {
+        return widened.max(super::half_amx::packed_len(k, n).div_ceil(2));
+    }
+    widened
 }
 
 /// C = A * B (m x k times k x n), f16/bf16 in and out, f32 sums; split across the thread pool.
@@ -188,15 +193,13 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if packed_b.is_none()
-        && std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>()
-        && super::half_amx::available()
-    {
+    if amx::<H>() {
         // H is bf16 (checked): the casts keep the element layout.
         let cast = |x: MatRef<H>| MatRef { ptr: x.ptr as *const ::half::bf16, rs: x.rs, cs: x.cs };
         let cb = MatMut { ptr: c.ptr as *mut ::half::bf16, rs: c.rs };
-        // SAFETY: AMX is available; the rest is forwarded.
-        return unsafe { super::half_amx::gemm(m, n, k, cast(a), cast(b), cb, threads, epi) };
+        let pb = packed_b.map(|p| p as *const u16);
+        // SAFETY: AMX is available; a packed B was packed by `pack_b_full` in the AMX layout.
+        return unsafe { super::half_amx::gemm(m, n, k, cast(a), cast(b), pb, cb, threads, epi) };
     }
     let kern = kernel();
     let (mr, nr) = (kern.mr, kern.nr);
@@ -258,6 +261,12 @@ pub unsafe fn gemm_src_epi<H: HalfElem>(
         };
         run(row_blocks * col_blocks, &task);
     })
+}
+
+/// Whether products of `H` run on AMX tiles (`half_amx`): H is bf16 and the CPU and OS allow it.
+#[cfg(target_arch = "x86_64")]
+fn amx<H: HalfElem>() -> bool {
+    std::any::TypeId::of::<H>() == std::any::TypeId::of::<::half::bf16>() && super::half_amx::available()
 }
 
 /// Whether products of `H` run on bf16 pair tiles (`half_bf16`): H is bf16 and the CPU has
@@ -472,6 +481,15 @@ unsafe fn scatter<H: HalfElem>(
 /// The view covers k x n; `out` holds at least `packed_b_len(k, n)` elements.
 pub unsafe fn pack_b_full<H: HalfElem>(k: usize, n: usize, b: MatRef<H>, out: &mut [f32]) {
     assert!(out.len() >= packed_b_len(k, n), "packed B buffer too small");
+    #[cfg(target_arch = "x86_64")]
+    if amx::<H>() {
+        // SAFETY: H is bf16 (checked by `amx`); the buffer holds the AMX panels (`packed_b_len`),
+        // seen as u16.
+        let out = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u16, 2 * out.len()) };
+        let b = MatRef { ptr: b.ptr as *const ::half::bf16, rs: b.rs, cs: b.cs };
+        // SAFETY: forwarded.
+        return unsafe { super::half_amx::pack_b_full(b, k, n, out, threads::num_threads()) };
+    }
     let nr = kernel().nr;
     let panels = n.div_ceil(nr);
     let tasks = if k * n < 1 << 16 { 1 } else { panels.div_ceil(4).min(4 * threads::num_threads()) };

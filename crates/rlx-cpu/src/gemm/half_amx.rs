@@ -71,9 +71,24 @@ struct Config {
     rows: [u8; 16],
 }
 
-/// Elements per B pair panel of k: 16 columns x 2 over `pairs16(k)` pair rows.
+/// Elements per B pair panel of k: 16 columns x 2 over k / 2 (rounded up to 16) pair rows.
 fn panel_len(k: usize) -> usize {
     k.div_ceil(KT) * KT * T
+}
+
+/// Elements of a k x n B packed for `gemm` (an even number of panels).
+pub fn packed_len(k: usize, n: usize) -> usize {
+    n.div_ceil(2 * T) * 2 * panel_len(k)
+}
+
+/// Packs B once for later products (`gemm` with `packed_b`), as `gemm` packs it per call.
+///
+/// # Safety
+/// B covers k x n; `out` holds `packed_len(k, n)` elements.
+pub unsafe fn pack_b_full(b: MatRef<bf16>, k: usize, n: usize, out: &mut [u16], threads: usize) {
+    let len = packed_len(k, n);
+    out[len - panel_len(k)..len].fill(0);
+    pack_b(b, k, n, out, threads);
 }
 
 /// Packs B's 16-column panels as pairs: panel q, pair row p, column c holds B(2p, 16q + c) and
@@ -187,11 +202,13 @@ thread_local! {
 }
 
 /// C = A * B for bf16 A (m x k), B (k x n) and C, sums in f32 on AMX; `epi(row, first column,
-/// values)` on each finished f32 row run before it is rounded. Splits the 32-row blocks of C
+/// values)` on each finished f32 row run before it is rounded. B comes from `packed_b` when
+/// packed ahead of time (`pack_b_full`), else is packed here. Splits the 32-row blocks of C
 /// over the pool when `threads > 1`.
 ///
 /// # Safety
-/// `available()`; the views cover their matrices; C does not alias A or B.
+/// `available()`; the views cover their matrices; C does not alias A or B; a packed B holds
+/// `packed_len(k, n)` elements packed from this B.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm(
     m: usize,
@@ -199,20 +216,25 @@ pub unsafe fn gemm(
     k: usize,
     a: MatRef<bf16>,
     b: MatRef<bf16>,
+    packed_b: Option<*const u16>,
     c: MatMut<bf16>,
     threads: usize,
     epi: Option<TileEpilogue<'_>>,
 ) {
-    // An even number of panels: the last block's second panel reads zeros.
-    let len = n.div_ceil(2 * T) * 2 * panel_len(k);
+    let len = packed_len(k, n);
     let row_blocks = m.div_ceil(2 * T);
-    B_SCRATCH.with_borrow_mut(|pb| {
-        if pb.len() < len {
-            pb.resize(len, 0);
-        }
-        pb[len - panel_len(k)..len].fill(0);
-        pack_b(b, k, n, pb, threads);
-        let (pb, c) = (pb.as_ptr() as usize, MatMut { ptr: c.ptr, rs: c.rs });
+    B_SCRATCH.with_borrow_mut(|own| {
+        let pb = match packed_b {
+            Some(p) => p as usize,
+            None => {
+                if own.len() < len {
+                    own.resize(len, 0);
+                }
+                pack_b_full(b, k, n, own, threads);
+                own.as_ptr() as usize
+            }
+        };
+        let c = MatMut { ptr: c.ptr, rs: c.rs };
         let c_addr = c.ptr as usize;
         // A task: a row block over all column blocks (its A copy made once).
         let task = |rb: usize| {
@@ -290,7 +312,10 @@ mod tests {
             let a: Vec<bf16> = (0..m * k).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 3.0)).collect();
             let b: Vec<bf16> = (0..k * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 7.0)).collect();
             let mut c = vec![bf16::from_f32(f32::NAN); m * n];
-            for threads in [1, 2] {
+            let mut pb = vec![1u16; packed_len(k, n)];
+            // SAFETY: the buffers hold B and its packed size.
+            unsafe { pack_b_full(MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 }, k, n, &mut pb, 2) };
+            for (threads, packed) in [(1, false), (2, false), (1, true), (2, true)] {
                 // SAFETY: AMX is available; the buffers hold the matrices.
                 unsafe {
                     gemm(
@@ -299,6 +324,7 @@ mod tests {
                         k,
                         MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 },
                         MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 },
+                        packed.then_some(pb.as_ptr()),
                         MatMut { ptr: c.as_mut_ptr(), rs: n as isize },
                         threads,
                         None,
