@@ -234,30 +234,36 @@ pub unsafe fn gemm(
                 own.as_ptr() as usize
             }
         };
-        let c = MatMut { ptr: c.ptr, rs: c.rs };
         let c_addr = c.ptr as usize;
-        // A task: a row block over all column blocks (its A copy made once).
-        let task = |rb: usize| {
+        // A task: a row block over a share of the column blocks (all of them once there are
+        // enough row blocks for the threads; a short product splits its columns).
+        let col_blocks = n.div_ceil(2 * T);
+        let parts = if threads > 1 && row_blocks < 2 * threads { threads.min(col_blocks) } else { 1 };
+        let task = |t: usize| {
             let c = MatMut { ptr: c_addr as *mut bf16, rs: c.rs };
-            // SAFETY: forwarded; tasks own disjoint rows of C.
-            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rb, m, n, k, a, pb as *const u16, pa, c, epi) })
+            let (rb, part) = (t / parts, t % parts);
+            let cbs = part * col_blocks / parts..(part + 1) * col_blocks / parts;
+            // SAFETY: forwarded; tasks own disjoint blocks of C.
+            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rb, cbs, m, n, k, a, pb as *const u16, pa, c, epi) })
         };
-        if threads > 1 && row_blocks > 1 {
-            crate::threads::parallel_for(row_blocks, &task);
+        let tasks = row_blocks * parts;
+        if threads > 1 && tasks > 1 {
+            crate::threads::parallel_for(tasks, &task);
         } else {
-            (0..row_blocks).for_each(task);
+            (0..tasks).for_each(task);
         }
     });
 }
 
-/// Row block `rb` (rows 32 rb ..) of C over all its column blocks: A copied into `pa`, each
-/// 32 x 32 block summed on the tiles, passed row by row to `epi` and rounded into C.
+/// Row block `rb` (rows 32 rb ..) of C over column blocks `cbs` (32 columns each): A copied into
+/// `pa`, each 32 x 32 block summed on the tiles, passed row by row to `epi` and rounded into C.
 ///
 /// # Safety
 /// As `gemm`; `pb` holds B packed by `pack_b` (an even number of panels).
 #[allow(clippy::too_many_arguments)]
 unsafe fn rows(
     rb: usize,
+    cbs: std::ops::Range<usize>,
     m: usize,
     n: usize,
     k: usize,
@@ -282,7 +288,7 @@ unsafe fn rows(
     };
     asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
     let mut out = [0f32; 4 * T * T];
-    for cb in 0..n.div_ceil(2 * T) {
+    for cb in cbs {
         let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
         block(k32, pa.as_ptr(), b0, b1, out.as_mut_ptr());
         let j0 = cb * 2 * T;
