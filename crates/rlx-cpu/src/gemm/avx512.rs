@@ -210,7 +210,7 @@ macro_rules! zmm_tile {
             let in_asm = MR == 12 && NV == 2 && (packed || (m == 12 && a.cs == 1));
             if !in_asm {
                 // The other tiles issue their share of the stream up front.
-                (0..kc * pfs).step_by(64.max(pfs)).for_each(|o| crate::prefetch::to_l2(pf + o));
+                (0..kc * pfs).step_by(64).for_each(|o| crate::prefetch::to_l2(pf + o));
             }
             if in_asm {
                 // The 12-row tile in asm. Packed: row i at element i, a step moves one panel row;

@@ -131,8 +131,11 @@ unsafe fn tiles<T>(
                 let from = t * per_tile;
                 let count = per_tile.min(lines.saturating_sub(from));
                 // At most a line a step is streamed (a one-tile panel has two lines a step).
-                let streamed = if kern.stream.is_some() { count.min(kc) } else { 0 };
-                if let Some(f) = kern.stream.filter(|_| streamed > 0) {
+                let mut streamed = 0;
+                if let Some(f) = kern.stream
+                    && count > 0
+                {
+                    streamed = count.min(kc);
                     stream = Some((f, next + from * 64, (streamed * 64).div_ceil(kc)));
                 }
                 (from + streamed..from + count).for_each(|l| crate::prefetch::to_l2(next + l * 64));
