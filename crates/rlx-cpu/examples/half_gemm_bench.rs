@@ -56,8 +56,11 @@ fn shape(m: usize, k: usize, n: usize, reps: usize) {
     let (mut t32, mut t16, mut tb16, mut tbp) = (vec![], vec![], vec![], vec![]);
     let (ah, bh): (Vec<bf16>, Vec<bf16>) =
         (a.iter().map(|&x| bf16::from_f32(x)).collect(), b.iter().map(|&x| bf16::from_f32(x)).collect());
-    let mut packed = vec![0f32; packed_b_len(k, n)];
-    unsafe { pack_b_full(k, n, MatRef { ptr: bh.as_ptr(), rs: n as isize, cs: 1 }, &mut packed) };
+    // From a 64-byte boundary, as the runtime's packed weights are (AMX repacks a B off one).
+    let mut store = vec![0f32; packed_b_len(k, n) + 16];
+    let skip = store.as_ptr().align_offset(64);
+    let packed = &mut store[skip..skip + packed_b_len(k, n)];
+    unsafe { pack_b_full(k, n, MatRef { ptr: bh.as_ptr(), rs: n as isize, cs: 1 }, packed) };
     for _ in 0..reps {
         let t = Instant::now();
         unsafe {
@@ -73,7 +76,7 @@ fn shape(m: usize, k: usize, n: usize, reps: usize) {
         t32.push(t.elapsed().as_secs_f64());
         t16.push(time_half(m, k, n, &a, &b, &mut c16));
         tb16.push(time_half(m, k, n, &a, &b, &mut cb16));
-        tbp.push(time_bf16_packed(m, k, n, &ah, &bh, &packed, &mut cb16));
+        tbp.push(time_bf16_packed(m, k, n, &ah, &bh, packed, &mut cb16));
     }
     let (x, y, z, w) = (median(t32), median(t16), median(tb16), median(tbp));
     let g = |s: f64| flops / s / 1e9;

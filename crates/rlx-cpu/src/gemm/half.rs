@@ -475,7 +475,8 @@ unsafe fn scatter<H: HalfElem>(
     }
 }
 
-/// Packs all of B (k x n) into f32 panels for `gemm_src`, on the thread pool.
+/// Packs all of B (k x n) into f32 panels for `gemm_src`, on the thread pool. `out` should start
+/// on a 64-byte boundary: the AMX path packs a B off one again on every call.
 ///
 /// # Safety
 /// The view covers k x n; `out` holds at least `packed_b_len(k, n)` elements.

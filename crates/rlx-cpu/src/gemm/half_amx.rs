@@ -1,9 +1,10 @@
 //! bf16 GEMM on AMX tiles (`tdpbf16ps`): each instruction sums a 16 x 16 f32 block over 32 k of
 //! bf16 products, sixteen times the sums of a zmm FMA. A is copied per 32-row block into
 //! zero-padded rows of whole 32-k chunks, B into 16-column pair panels (row p of a panel: the
-//! pairs (2p, 2p + 1) of its 16 columns, the layout `tdpbf16ps` reads); a task holds a 32 x 32
-//! block of C in four tiles over all of k, then each row goes through the epilogue and is
-//! rounded once into C. Products are exact and the sums f32, as on the other paths; only their
+//! pairs (2p, 2p + 1) of its 16 columns, the layout `tdpbf16ps` reads), both from 64-byte
+//! boundaries (tile rows across two lines load at 0.4x). A task takes a chunk of row blocks and
+//! runs them over groups of column blocks whose B stays in L2; it holds a 32 x 32 block of C in
+//! four tiles over all of k, then each row goes through the epilogue and is rounded once into C. Products are exact and the sums f32, as on the other paths; only their
 //! order differs, and the instruction flushes f32 denormals to zero.
 
 // Intrinsics and asm code: every statement is unsafe; the functions document the contract.
@@ -101,28 +102,70 @@ unsafe fn pack_b(b: MatRef<bf16>, k: usize, n: usize, out: &mut [u16], threads: 
     let base = out.as_mut_ptr() as usize;
     // Captured whole (a view is Sync, its raw pointer field alone is not).
     let b = &b;
-    let pack = |q: usize| {
+    let panel_at = |q: usize| (base as *mut u16).add(q * len);
+    let src = |q: usize, kk: usize| b.ptr.offset(kk as isize * b.rs + (q * T) as isize * b.cs) as *const u16;
+    // Pair rows from `from` on of panel q, one element at a time (tails, strided B).
+    let scalar = |q: usize, from: usize| {
         // SAFETY: tasks write disjoint panels of `out`.
-        let panel = std::slice::from_raw_parts_mut((base as *mut u16).add(q * len), len);
+        let panel = std::slice::from_raw_parts_mut(panel_at(q), len);
         let cols = T.min(n - q * T);
-        for (p, row) in panel.chunks_exact_mut(2 * T).enumerate() {
+        for (p, row) in panel.chunks_exact_mut(2 * T).enumerate().skip(from) {
             for h in 0..2 {
                 let kk = 2 * p + h;
-                if kk >= k {
-                    (0..T).for_each(|c| row[2 * c + h] = 0);
-                    continue;
-                }
-                let src = b.ptr.offset(kk as isize * b.rs + (q * T) as isize * b.cs);
+                let s = src(q, kk.min(k - 1));
                 for c in 0..T {
-                    row[2 * c + h] = if c < cols { (*src.offset(c as isize * b.cs)).to_bits() } else { 0 };
+                    row[2 * c + h] = if c < cols && kk < k { *s.offset(c as isize * b.cs) } else { 0 };
                 }
             }
         }
     };
-    if threads > 1 && panels > 1 {
-        crate::threads::parallel_for(panels, &pack);
+    // A task packs a group of panels; a row-major B goes 16 pair rows at a time across the group
+    // (the source lines of 32 rows stay in L1 while the group's panels take their columns).
+    let groups = panels.div_ceil(PACK_GROUP);
+    let pack = |g: usize| {
+        let qs = g * PACK_GROUP..((g + 1) * PACK_GROUP).min(panels);
+        let full = qs.clone().filter(|&q| q * T + T <= n);
+        let pairs = if b.cs == 1 { k / 2 } else { 0 };
+        for p0 in (0..pairs).step_by(T) {
+            for q in full.clone() {
+                interleave_pairs(src(q, 2 * p0), b.rs, T.min(pairs - p0), panel_at(q).add(p0 * 2 * T));
+            }
+        }
+        for q in qs {
+            scalar(q, if q * T + T <= n { pairs } else { 0 });
+        }
+    };
+    if threads > 1 && groups > 1 {
+        crate::threads::parallel_for(groups, &pack);
     } else {
-        (0..panels).for_each(pack);
+        (0..groups).for_each(pack);
+    }
+}
+
+/// Panels one packing task takes (their 32-byte slices of a B row share its cache lines).
+const PACK_GROUP: usize = 16;
+
+/// Writes `pairs` pair rows of a B panel: row p interleaves 16 bf16 of source rows 2p and 2p + 1
+/// (B(2p, 0), B(2p + 1, 0), B(2p, 1), ...), source rows `rs` elements apart from `src`.
+///
+/// # Safety
+/// The source rows hold 16 elements each, `out` holds `32 * pairs`; the CPU has AVX-512BW (every
+/// AMX CPU does).
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn interleave_pairs(src: *const u16, rs: isize, pairs: usize, out: *mut u16) {
+    use std::arch::x86_64::*;
+    // Lane 2c takes lane c (the even row), lane 2c + 1 lane 16 + c (the odd row).
+    let idx = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+        16, 0,
+    );
+    for p in 0..pairs {
+        let even = src.offset(2 * p as isize * rs);
+        let both = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_loadu_si256(even as *const __m256i)),
+            _mm256_loadu_si256(even.offset(rs) as *const __m256i),
+        );
+        _mm512_storeu_si512(out.add(p * 2 * T) as *mut __m512i, _mm512_permutexvar_epi16(idx, both));
     }
 }
 
@@ -224,29 +267,33 @@ pub unsafe fn gemm(
     let len = packed_len(k, n);
     let row_blocks = m.div_ceil(2 * T);
     B_SCRATCH.with_borrow_mut(|own| {
+        // Tile rows that straddle cache lines load at 0.4x the speed: a packed B off a 64-byte
+        // boundary is packed again here.
         let pb = match packed_b {
-            Some(p) => p as usize,
-            None => {
-                if own.len() < len {
-                    own.resize(len, 0);
-                }
+            Some(p) if (p as usize).is_multiple_of(64) => p as usize,
+            _ => {
+                let own = super::aligned_buf(own, len);
                 pack_b_full(b, k, n, own, threads);
                 own.as_ptr() as usize
             }
         };
         let c_addr = c.ptr as usize;
-        // A task: a row block over a share of the column blocks (all of them once there are
-        // enough row blocks for the threads; a short product splits its columns).
+        // A task: a chunk of row blocks (their A about half of L2) over a share of the column
+        // blocks (all of them once there are enough row blocks for the threads; a short product
+        // splits its columns).
         let col_blocks = n.div_ceil(2 * T);
         let parts = if threads > 1 && row_blocks < 2 * threads { threads.min(col_blocks) } else { 1 };
+        let chunk = if parts > 1 { row_blocks } else { blocks_in(CHUNK_A_BYTES, k).min(row_blocks.div_ceil(threads)) };
+        let chunks = row_blocks.div_ceil(chunk);
         let task = |t: usize| {
             let c = MatMut { ptr: c_addr as *mut bf16, rs: c.rs };
-            let (rb, part) = (t / parts, t % parts);
+            let (ch, part) = (t / parts, t % parts);
+            let rbs = ch * chunk..((ch + 1) * chunk).min(row_blocks);
             let cbs = part * col_blocks / parts..(part + 1) * col_blocks / parts;
             // SAFETY: forwarded; tasks own disjoint blocks of C.
-            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rb, cbs, m, n, k, a, pb as *const u16, pa, c, epi) })
+            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rbs, cbs, m, n, k, a, pb as *const u16, pa, c, epi) })
         };
-        let tasks = row_blocks * parts;
+        let tasks = chunks * parts;
         if threads > 1 && tasks > 1 {
             crate::threads::parallel_for(tasks, &task);
         } else {
@@ -255,14 +302,30 @@ pub unsafe fn gemm(
     });
 }
 
-/// Row block `rb` (rows 32 rb ..) of C over column blocks `cbs` (32 columns each): A copied into
-/// `pa`, each 32 x 32 block summed on the tiles, passed row by row to `epi` and rounded into C.
+/// A 32 x 32 f32 block on a 64-byte boundary (for `tilestored`).
+#[repr(C, align(64))]
+struct Aligned([f32; 4 * T * T]);
+
+/// Bytes of A a task copies and keeps in L2 while the column groups pass by.
+const CHUNK_A_BYTES: usize = 512 << 10;
+/// Bytes of B a column group spans: it stays in L2 while every row block of the task reads it
+/// (read once per row block from L3, B measured 7x slower than from L2).
+const GROUP_B_BYTES: usize = 512 << 10;
+
+/// 32-row (or 32-column) blocks of all k whose bf16 fit in `bytes`, at least one.
+fn blocks_in(bytes: usize, k: usize) -> usize {
+    (bytes / (2 * T * k.div_ceil(KT) * KT * 2)).max(1)
+}
+
+/// Row blocks `rbs` (rows 32 rb ..) of C over column blocks `cbs` (32 columns each): A copied
+/// into `pa`, each 32 x 32 block summed on the tiles, passed row by row to `epi` and rounded into
+/// C. The column blocks go by in groups whose B stays in L2 across the row blocks.
 ///
 /// # Safety
 /// As `gemm`; `pb` holds B packed by `pack_b` (an even number of panels).
 #[allow(clippy::too_many_arguments)]
 unsafe fn rows(
-    rb: usize,
+    rbs: std::ops::Range<usize>,
     cbs: std::ops::Range<usize>,
     m: usize,
     n: usize,
@@ -274,11 +337,12 @@ unsafe fn rows(
     epi: Option<TileEpilogue<'_>>,
 ) {
     let k32 = k.div_ceil(KT) * KT;
-    if pa.len() < 2 * T * k32 {
-        pa.resize(2 * T * k32, 0);
+    let block_len = 2 * T * k32;
+    // From a 64-byte boundary, as every tile's rows must be (see `gemm`).
+    let pa = super::aligned_buf(pa, rbs.len() * block_len);
+    for (q, rb) in rbs.clone().enumerate() {
+        pack_a(a, rb * 2 * T, m, k, k32, &mut pa[q * block_len..(q + 1) * block_len]);
     }
-    let i0 = rb * 2 * T;
-    pack_a(a, i0, m, k, k32, pa);
     let cfg = Config {
         palette: 1,
         start_row: 0,
@@ -287,18 +351,25 @@ unsafe fn rows(
         rows: std::array::from_fn(|t| if t < 8 { T as u8 } else { 0 }),
     };
     asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
-    let mut out = [0f32; 4 * T * T];
-    for cb in cbs {
-        let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
-        block(k32, pa.as_ptr(), b0, b1, out.as_mut_ptr());
-        let j0 = cb * 2 * T;
-        let w = (2 * T).min(n - j0);
-        for r in 0..(2 * T).min(m - i0) {
-            let row = &mut out[r * 2 * T..r * 2 * T + w];
-            if let Some(f) = epi {
-                f(i0 + r, j0, row);
+    let mut out = Aligned([0f32; 4 * T * T]);
+    let out = &mut out.0;
+    let group = blocks_in(GROUP_B_BYTES, k);
+    for g0 in cbs.clone().step_by(group) {
+        for (q, rb) in rbs.clone().enumerate() {
+            let i0 = rb * 2 * T;
+            for cb in g0..(g0 + group).min(cbs.end) {
+                let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
+                block(k32, pa.as_ptr().add(q * block_len), b0, b1, out.as_mut_ptr());
+                let j0 = cb * 2 * T;
+                let w = (2 * T).min(n - j0);
+                for r in 0..(2 * T).min(m - i0) {
+                    let row = &mut out[r * 2 * T..r * 2 * T + w];
+                    if let Some(f) = epi {
+                        f(i0 + r, j0, row);
+                    }
+                    super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i0 + r) as isize * c.rs + j0 as isize));
+                }
             }
-            super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i0 + r) as isize * c.rs + j0 as isize));
         }
     }
     asm!("tilerelease", options(nostack));
@@ -308,44 +379,71 @@ unsafe fn rows(
 mod tests {
     use super::*;
 
+    /// C = A * B through `gemm` for every thread count and B packed ahead (on a 64-byte boundary
+    /// and off one) or not, against f64 sums of the same bf16 products.
+    fn check(m: usize, n: usize, k: usize) {
+        let a: Vec<bf16> = (0..m * k).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 3.0)).collect();
+        let b: Vec<bf16> = (0..k * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 7.0)).collect();
+        let want: Vec<f64> = (0..m * n)
+            .map(|ij| (0..k).map(|p| a[ij / n * k + p].to_f64() * b[p * n + ij % n].to_f64()).sum())
+            .collect();
+        let mut c = vec![bf16::from_f32(f32::NAN); m * n];
+        let len = packed_len(k, n);
+        let mut store = vec![1u16; len + 33];
+        let skip = store.as_ptr().align_offset(64);
+        for (threads, packed) in [(1, None), (2, None), (1, Some(skip)), (2, Some(skip)), (2, Some(skip + 1))] {
+            let pb = packed.map(|at| {
+                let out = &mut store[at..at + len];
+                // SAFETY: the buffer holds the packed size; B covers k x n.
+                unsafe { pack_b_full(MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 }, k, n, out, 2) };
+                out.as_ptr()
+            });
+            // SAFETY: AMX is available; the buffers hold the matrices.
+            unsafe {
+                gemm(
+                    m,
+                    n,
+                    k,
+                    MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 },
+                    MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 },
+                    pb,
+                    MatMut { ptr: c.as_mut_ptr(), rs: n as isize },
+                    threads,
+                    None,
+                )
+            };
+            for (ij, (&got, &want)) in c.iter().zip(&want).enumerate() {
+                // One bf16 rounding of the f32 sum (relative 2^-8), plus the f32 sums.
+                let tol = want.abs() * 4e-3 + 1e-3 * (k as f64 / 32.0).max(1.0);
+                let got = got.to_f64();
+                let (i, j) = (ij / n, ij % n);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{m}x{n}x{k} {threads} threads, B {packed:?}: ({i}, {j}) {got} vs {want}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn matches_f64_sums_of_the_bf16_products() {
         if !available() {
             eprintln!("no AMX here: skipped");
             return;
         }
-        for (m, n, k) in [(32, 32, 32), (5, 17, 7), (1, 1, 1), (45, 70, 100), (64, 48, 33)] {
-            let a: Vec<bf16> = (0..m * k).map(|i| bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 3.0)).collect();
-            let b: Vec<bf16> = (0..k * n).map(|i| bf16::from_f32(((i * 5 % 11) as f32 - 5.0) / 7.0)).collect();
-            let mut c = vec![bf16::from_f32(f32::NAN); m * n];
-            let mut pb = vec![1u16; packed_len(k, n)];
-            // SAFETY: the buffers hold B and its packed size.
-            unsafe { pack_b_full(MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 }, k, n, &mut pb, 2) };
-            for (threads, packed) in [(1, false), (2, false), (1, true), (2, true)] {
-                // SAFETY: AMX is available; the buffers hold the matrices.
-                unsafe {
-                    gemm(
-                        m,
-                        n,
-                        k,
-                        MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 },
-                        MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 },
-                        packed.then_some(pb.as_ptr()),
-                        MatMut { ptr: c.as_mut_ptr(), rs: n as isize },
-                        threads,
-                        None,
-                    )
-                };
-                for i in 0..m {
-                    for j in 0..n {
-                        let want: f64 = (0..k).map(|p| a[i * k + p].to_f64() * b[p * n + j].to_f64()).sum();
-                        let got = c[i * n + j].to_f64();
-                        // One bf16 rounding of the f32 sum (relative 2^-8), plus the f32 sums.
-                        let tol = want.abs() * 4e-3 + 1e-3;
-                        assert!((got - want).abs() <= tol, "{m}x{n}x{k} ({i}, {j}): {got} vs {want}");
-                    }
-                }
-            }
+        for (m, n, k) in [(32, 32, 32), (5, 17, 7), (1, 1, 1), (45, 70, 100), (64, 48, 33), (70, 64, 31)] {
+            check(m, n, k);
         }
+    }
+
+    #[test]
+    fn chunks_and_column_groups_cover_every_block() {
+        if !available() {
+            eprintln!("no AMX here: skipped");
+            return;
+        }
+        // k = 4096: chunks of 2 row blocks, groups of 2 column blocks (`blocks_in`), with tails.
+        assert_eq!((blocks_in(CHUNK_A_BYTES, 4096), blocks_in(GROUP_B_BYTES, 4096)), (2, 2));
+        check(150, 176, 4096);
     }
 }
