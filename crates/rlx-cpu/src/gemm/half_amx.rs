@@ -196,7 +196,7 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
 ///
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
-unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32) {
+unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32, ldo: usize) {
     let lda = k32 * 2;
     let a1 = a.add(T * k32);
     asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
@@ -221,7 +221,7 @@ unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: 
             options(nostack, readonly),
         );
     }
-    let ldc = 2 * T * 4;
+    let ldc = ldo * 4;
     asm!(
         "tilestored [{c0} + {ldc} * 1], tmm0",
         "tilestored [{c1} + {ldc} * 1], tmm1",
@@ -229,8 +229,8 @@ unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: 
         "tilestored [{c3} + {ldc} * 1], tmm3",
         c0 = in(reg) out,
         c1 = in(reg) out.add(T),
-        c2 = in(reg) out.add(T * 2 * T),
-        c3 = in(reg) out.add(T * 2 * T + T),
+        c2 = in(reg) out.add(T * ldo),
+        c3 = in(reg) out.add(T * ldo + T),
         ldc = in(reg) ldc,
         options(nostack),
     );
@@ -302,9 +302,12 @@ pub unsafe fn gemm(
     });
 }
 
-/// A 32 x 32 f32 block on a 64-byte boundary (for `tilestored`).
+/// Sums of 32 rows over a group of column blocks, on a 64-byte boundary (for `tilestored`).
 #[repr(C, align(64))]
-struct Aligned([f32; 4 * T * T]);
+struct Aligned([f32; 2 * T * GROUP_COLS]);
+
+/// Widest column group: its f32 sums (32 KiB) stay in L1 for the epilogue.
+const GROUP_COLS: usize = 256;
 
 /// Bytes of A a task copies and keeps in L2 while the column groups pass by.
 const CHUNK_A_BYTES: usize = 512 << 10;
@@ -351,24 +354,27 @@ unsafe fn rows(
         rows: std::array::from_fn(|t| if t < 8 { T as u8 } else { 0 }),
     };
     asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
-    let mut out = Aligned([0f32; 4 * T * T]);
+    // A row block's sums over a group of column blocks, then the epilogue and rounding on
+    // whole group rows (one call per row, not per 32 columns).
+    let mut out = Aligned([0f32; 2 * T * GROUP_COLS]);
     let out = &mut out.0;
-    let group = blocks_in(GROUP_B_BYTES, k);
+    let group = blocks_in(GROUP_B_BYTES, k).min(GROUP_COLS / (2 * T));
     for g0 in cbs.clone().step_by(group) {
+        let g1 = (g0 + group).min(cbs.end);
+        let (j0, w) = (g0 * 2 * T, (g1 * 2 * T).min(n) - g0 * 2 * T);
         for (q, rb) in rbs.clone().enumerate() {
             let i0 = rb * 2 * T;
-            for cb in g0..(g0 + group).min(cbs.end) {
+            for cb in g0..g1 {
                 let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
-                block(k32, pa.as_ptr().add(q * block_len), b0, b1, out.as_mut_ptr());
-                let j0 = cb * 2 * T;
-                let w = (2 * T).min(n - j0);
-                for r in 0..(2 * T).min(m - i0) {
-                    let row = &mut out[r * 2 * T..r * 2 * T + w];
-                    if let Some(f) = epi {
-                        f(i0 + r, j0, row);
-                    }
-                    super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i0 + r) as isize * c.rs + j0 as isize));
+                let at = out.as_mut_ptr().add((cb - g0) * 2 * T);
+                block(k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS);
+            }
+            for r in 0..(2 * T).min(m - i0) {
+                let row = &mut out[r * GROUP_COLS..r * GROUP_COLS + w];
+                if let Some(f) = epi {
+                    f(i0 + r, j0, row);
                 }
+                super::half_convert::narrow(row.as_ptr(), w, c.ptr.offset((i0 + r) as isize * c.rs + j0 as isize));
             }
         }
     }
