@@ -196,11 +196,25 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
 ///
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
-unsafe fn block(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32, ldo: usize) {
+/// `pf`: lines to ask into L2 along the way (`pf.1` from `pf.0`, a share per k step).
+unsafe fn block(
+    k32: usize,
+    a: *const u16,
+    b0: *const u16,
+    b1: *const u16,
+    out: *mut f32,
+    ldo: usize,
+    pf: (*const u8, usize),
+) {
     let lda = k32 * 2;
     let a1 = a.add(T * k32);
+    let per_step = pf.1.div_ceil(k32 / KT);
     asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
     for kk in (0..k32).step_by(KT) {
+        let first = kk / KT * per_step;
+        for l in first..(first + per_step).min(pf.1) {
+            crate::prefetch::to_l2(pf.0 as usize + l * 64);
+        }
         // Pair rows kk / 2 .. + 16 of each B panel: 64 bytes apart.
         let (pb0, pb1) = (b0.add(kk * T), b1.add(kk * T));
         asm!(
@@ -364,10 +378,20 @@ unsafe fn rows(
         let (j0, w) = (g0 * 2 * T, (g1 * 2 * T).min(n) - g0 * 2 * T);
         for (q, rb) in rbs.clone().enumerate() {
             let i0 = rb * 2 * T;
+            // This row block's share of the next group's B, asked into L2 while its blocks run
+            // (the first row block of a group reads B from L3 otherwise).
+            let next = (g1 + group).min(cbs.end);
+            let (next_at, next_lines) =
+                (pb.add(2 * g1 * panel_len(k)) as *const u8, (next - g1) * 4 * panel_len(k) / 64);
+            let share = next_lines.div_ceil(rbs.len());
+            let (from, to) = ((q * share).min(next_lines), ((q + 1) * share).min(next_lines));
+            let per_block = (to - from).div_ceil(g1 - g0);
             for cb in g0..g1 {
                 let (b0, b1) = (pb.add(2 * cb * panel_len(k)), pb.add((2 * cb + 1) * panel_len(k)));
                 let at = out.as_mut_ptr().add((cb - g0) * 2 * T);
-                block(k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS);
+                let l0 = (from + (cb - g0) * per_block).min(to);
+                let pf = (next_at.add(l0 * 64), per_block.min(to - l0));
+                block(k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS, pf);
             }
             for r in 0..(2 * T).min(m - i0) {
                 let row = &mut out[r * GROUP_COLS..r * GROUP_COLS + w];
