@@ -62,6 +62,10 @@ unsafe fn apply(u: UnaryKind, src: *const f32, dst: *mut f32, n: usize) -> bool 
         UnaryKind::Erf => unsafe { lanes(src, dst, n, |v| erf16(v)) },
         // SAFETY: forwarded.
         UnaryKind::Exp => unsafe { lanes(src, dst, n, |v| exp16(v)) },
+        // SAFETY: forwarded.
+        UnaryKind::Sigmoid => unsafe { lanes(src, dst, n, |v| _mm512_div_ps(splat(1.0), one_plus_exp_neg(v))) },
+        // SAFETY: forwarded.
+        UnaryKind::Silu => unsafe { lanes(src, dst, n, |v| _mm512_div_ps(v, one_plus_exp_neg(v))) },
         _ => return false,
     }
     true
@@ -117,6 +121,15 @@ pub fn exp16(x: __m512) -> __m512 {
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, splat(88.722_83)), y, splat(f32::INFINITY))
 }
 
+/// `1 + exp(-x)`, the denominator of sigmoid and SiLU (as `sigmoid8` and `silu8` compute it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn one_plus_exp_neg(x: __m512) -> __m512 {
+    // -x by the sign bit (integer ops: float xor needs AVX-512DQ).
+    let neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN)));
+    _mm512_add_ps(splat(1.0), exp16(neg))
+}
+
 /// `erf8` on 16 lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -150,7 +163,7 @@ mod tests {
         let mut xs: Vec<f32> = (-6000..6000).map(|i| i as f32 * 1.7e-3).collect();
         xs.extend([0.0, -0.0, 1e-30, -1e-30, 3.7416, 3.7417, -3.7417, 9.0, -9.0, 1e30, -1e30]);
         xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE / 4.0]);
-        for u in [UnaryKind::Gelu, UnaryKind::Erf, UnaryKind::Exp] {
+        for u in [UnaryKind::Gelu, UnaryKind::Erf, UnaryKind::Exp, UnaryKind::Sigmoid, UnaryKind::Silu] {
             // Lengths with every tail size.
             for len in [xs.len(), xs.len() - 1, 15, 1, 0] {
                 let (mut wide, mut narrow, mut inplace) = (vec![0.0; len], vec![0.0; len], xs[..len].to_vec());

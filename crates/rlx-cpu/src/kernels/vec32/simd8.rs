@@ -21,6 +21,8 @@ pub unsafe fn unary(u: UnaryKind, x: &[f32], out: &mut [f32]) -> bool {
         UnaryKind::Erf => lanes(x, out, |v| erf8(v)),
         UnaryKind::Tanh => lanes(x, out, |v| tanh8(v)),
         UnaryKind::Exp => lanes(x, out, |v| exp8(v)),
+        UnaryKind::Sigmoid => lanes(x, out, |v| sigmoid8(v)),
+        UnaryKind::Silu => lanes(x, out, |v| silu8(v)),
         _ => return false,
     }
     true
@@ -39,6 +41,8 @@ pub unsafe fn unary_in_place(u: UnaryKind, x: &mut [f32]) -> bool {
         UnaryKind::Erf => lanes_in_place(x, |v| erf8(v)),
         UnaryKind::Tanh => lanes_in_place(x, |v| tanh8(v)),
         UnaryKind::Exp => lanes_in_place(x, |v| exp8(v)),
+        UnaryKind::Sigmoid => lanes_in_place(x, |v| sigmoid8(v)),
+        UnaryKind::Silu => lanes_in_place(x, |v| silu8(v)),
         _ => return false,
     }
     true
@@ -144,6 +148,20 @@ pub fn tanh8(x: __m256) -> __m256 {
     _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, splat(0.3), _CMP_LT_OQ))
 }
 
+/// `1 / (1 + exp(-x))` (the logistic sigmoid), as the op defines it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub fn sigmoid8(x: __m256) -> __m256 {
+    _mm256_div_ps(splat(1.0), _mm256_add_ps(splat(1.0), exp8(_mm256_xor_ps(x, splat(-0.0)))))
+}
+
+/// `x / (1 + exp(-x))` (SiLU), as the op defines it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub fn silu8(x: __m256) -> __m256 {
+    _mm256_div_ps(x, _mm256_add_ps(splat(1.0), exp8(_mm256_xor_ps(x, splat(-0.0)))))
+}
+
 /// `0.5 x (1 + erf(x / sqrt 2))`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -179,8 +197,13 @@ mod tests {
         xs.extend([0.0, -0.0, 1e-7, -1e-7, 0.3, 0.5, -0.5, 9.0, -9.0, 88.0, 89.0, -87.0, -88.0, -100.0]);
         xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
         type Pair = (UnaryKind, fn(f32) -> f32, f64);
-        let pairs: [Pair; 3] =
-            [(UnaryKind::Exp, exp_f32, 1e-6), (UnaryKind::Erf, erf_f32, 0.0), (UnaryKind::Tanh, tanh_f32, 0.0)];
+        let pairs: [Pair; 5] = [
+            (UnaryKind::Exp, exp_f32, 1e-6),
+            (UnaryKind::Erf, erf_f32, 0.0),
+            (UnaryKind::Tanh, tanh_f32, 0.0),
+            (UnaryKind::Sigmoid, |x| 1.0 / (1.0 + exp_f32(-x)), 1e-6),
+            (UnaryKind::Silu, |x| x / (1.0 + exp_f32(-x)), 1e-6),
+        ];
         for (u, f, rel) in pairs {
             let mut out = vec![0.0; xs.len()];
             // SAFETY: avx2_fma() checked above.
