@@ -27,7 +27,6 @@ fn reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let Op::Reduce(r) = ctx.op else { return Err(unsupported(ctx)) };
     let dims = ctx.in_dims(0);
     let axes = normalize_axes(&r.axes, dims.len()).map_err(|e| Error::eval(r.kind.name(), e))?;
-    let map: Vec<u32> = reduce_index_map(&dims, &axes).into_iter().map(|x| x as u32).collect();
     let count: usize = axes.iter().map(|&a| dims[a]).product();
     let n_out = ctx.out.numel().unwrap_or(0);
     let kind = r.kind;
@@ -36,6 +35,9 @@ fn reduce(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     {
         return Ok(k);
     }
+    // The general case: each input element's output index, built only here (an input's worth of
+    // indices: for a large activation it was most of a training graph's compile time).
+    let map: Vec<u32> = reduce_index_map(&dims, &axes).into_iter().map(|x| x as u32).collect();
     with_float!(ctx.out.dtype, T => {
         let mut acc = vec![0.0f64; n_out];
         Ok(Box::new(move |b: &Bufs<'_>| {
