@@ -241,22 +241,49 @@ pub(super) fn fill<T: Copy>(src: &Src, x: &[T], r: &mut [T], s: usize) {
     }
 }
 
+/// Outputs of fewer elements run on the calling thread (waking the pool costs more).
+const PARALLEL_MIN: usize = 1 << 15;
+
+/// The `fused` kernel: chunks of the output, split across the pool for large outputs (an
+/// optimizer update over every weight, a wide activation). Chunks are disjoint, and an input
+/// that shares the output's buffer is read in the same order (`Src::Same`), so each chunk reads
+/// its inputs before it writes its own part of the output, on whichever thread.
 fn build<T: FloatElem>(program: Vec<Instr>, srcs: Vec<(Buf, Src)>, n: usize) -> Kernel {
     let prog = Prog::<T>::new(program, srcs);
-    let mut regs = vec![T::from_f64(0.0); prog.program.len() * CHUNK];
+    let scratch = super::scratch::ScratchPool::new(prog.program.len() * CHUNK, T::from_f64(0.0));
+    let mut ins: Vec<(usize, usize)> = Vec::with_capacity(prog.srcs.len());
     Box::new(move |b: &Bufs<'_>| {
-        let mut s = 0;
-        while s < n {
-            let e = (s + CHUNK).min(n);
-            let res = prog.eval(&mut regs, s, e - s, |buf, src, r| match (buf, src) {
-                (Buf::Out, _) => r.copy_from_slice(b.output_range::<T>(s, e)),
-                // In place: read this chunk of the input before the chunk is written.
-                (Buf::In(i), Src::Same) => r.copy_from_slice(b.input_range::<T>(i, s, e)),
-                (Buf::In(i), Src::Splat) => r.fill(b.input_range::<T>(i, 0, 1)[0]),
-                (Buf::In(i), src) => fill(src, b.input::<T>(i), r, s),
-            });
-            b.output_range::<T>(s, e).copy_from_slice(res);
-            s = e;
+        // Buffers as (address, length), so the chunks can run on any thread.
+        ins.clear();
+        ins.extend((0..b.num_inputs()).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
+        let out = b.output::<T>();
+        assert!(n <= out.len(), "fused output shorter than its program's count");
+        let (ins, optr) = (&ins, out.as_mut_ptr() as usize);
+        let chunks = n.div_ceil(CHUNK);
+        let run = |c0: usize, c1: usize| {
+            let mut regs = scratch.take();
+            for c in c0..c1 {
+                let (s, e) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
+                // SAFETY (all views): inside live buffers of the step (lengths from `Bufs`). Only an
+                // input read in output order may share the output's buffer: it is viewed a chunk
+                // at a time, and the chunk is written only after it is read.
+                let chunk_of = |p: usize| unsafe { std::slice::from_raw_parts((p as *const T).add(s), e - s) };
+                let whole = |i: usize| unsafe { std::slice::from_raw_parts(ins[i].0 as *const T, ins[i].1) };
+                let res = prog.eval(&mut regs, s, e - s, |buf, src, r| match (buf, src) {
+                    (Buf::Out, _) => r.copy_from_slice(chunk_of(optr)),
+                    (Buf::In(i), Src::Same) => r.copy_from_slice(chunk_of(ins[i].0)),
+                    (Buf::In(i), Src::Splat) => r.fill(whole(i)[0]),
+                    (Buf::In(i), src) => fill(src, whole(i), r, s),
+                });
+                // SAFETY: chunk s..e of the output, which only this task writes.
+                unsafe { std::slice::from_raw_parts_mut((optr as *mut T).add(s), e - s) }.copy_from_slice(res);
+            }
+        };
+        let tasks = if n >= PARALLEL_MIN { crate::threads::num_threads().min(chunks) } else { 1 };
+        if tasks > 1 {
+            crate::threads::parallel_for(tasks, &|t| run(t * chunks / tasks, (t + 1) * chunks / tasks));
+        } else {
+            run(0, chunks);
         }
         Ok(())
     })
