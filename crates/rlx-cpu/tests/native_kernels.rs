@@ -208,3 +208,33 @@ fn reductions_over_contiguous_axes_rows_columns_and_strided_fallback() {
     ));
     check(samples);
 }
+
+#[test]
+fn broadcast_binaries_as_runs_every_form_and_op() {
+    use rlx_ir::ops::{Binary, BinaryKind};
+    let mut samples = vec![];
+    // (a, b): a bias (suffix), a per-row value (prefix), both broadcast, a scalar-like row; the
+    // first two large enough to split across threads, one with runs too short to vectorize.
+    let pairs: [(&[usize], &[usize]); 6] = [
+        (&[64, 4, 600], &[600]),
+        (&[64, 4, 600], &[64, 4, 1]),
+        (&[1, 600], &[70, 1]),
+        (&[70, 1], &[1, 600]),
+        (&[30, 20], &[20]),
+        (&[9, 5], &[9, 1]),
+    ];
+    let kinds =
+        [BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul, BinaryKind::Div, BinaryKind::Maximum, BinaryKind::Pow];
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        for (j, kind) in kinds.into_iter().enumerate() {
+            let seed = (i * 8 + j) as u64;
+            let (lo, hi) = if kind == BinaryKind::Pow { (0.5, 2.0) } else { (-2.0, 2.0) };
+            samples.push(Sample::new(
+                format!("{kind:?}/{a:?}/{b:?}"),
+                Binary { kind },
+                vec![rand(a, DType::F32, lo, hi, seed), rand(b, DType::F32, lo, hi, seed + 100)],
+            ));
+        }
+    }
+    check(samples);
+}

@@ -10,8 +10,8 @@ use crate::gemm::half::HalfElem;
 use crate::{with_float, with_int};
 use half::{bf16, f16};
 use rlx_driver::KernelTable;
-use rlx_ir::ops::Instr;
 use rlx_ir::ops::util::broadcast_index_map;
+use rlx_ir::ops::{BinaryKind, Instr};
 use rlx_ir::{DType, Op, OpKind, Result};
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
@@ -93,6 +93,49 @@ fn pairing_of(a: &[usize], b: &[usize], o: &[usize]) -> Pairing {
     }
 }
 
+/// Shortest broadcast run worth a vectorized loop (and its call) per run.
+const MIN_VECTOR_RUN: usize = 16;
+/// Outputs of fewer elements run on the calling thread.
+const PARALLEL_MIN: usize = 1 << 15;
+
+/// f32 `out = op(a, b)` over broadcast runs (a bias, a per-row value): each run one vectorized
+/// loop, large outputs split across the pool.
+fn runs_f32(op: BinaryKind, la: Layout, lb: Layout, a: &[f32], b: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let tasks = if n >= PARALLEL_MIN { crate::threads::num_threads() } else { 1 };
+    let o = super::math::SharedMut(out.as_mut_ptr());
+    let part = |t: usize| {
+        let (s0, s1) = (t * n / tasks, (t + 1) * n / tasks);
+        // SAFETY: tasks write disjoint ranges of the output.
+        let out = unsafe { std::slice::from_raw_parts_mut({ o }.0.add(s0), s1 - s0) };
+        la.runs(s0, s1 - s0, |off, len, i, step_a| {
+            lb.runs(s0 + off, len, |off2, len2, j, step_b| {
+                let o = &mut out[off + off2..off + off2 + len2];
+                let i = if step_a { i + off2 } else { i };
+                match (step_a, step_b) {
+                    (true, true) => {
+                        super::vec32::binary(op, &a[i..i + len2], &b[j..j + len2], o);
+                    }
+                    (true, false) => {
+                        o.copy_from_slice(&a[i..i + len2]);
+                        super::epilogue::binary_scalar_f32(op, o, b[j], true);
+                    }
+                    (false, true) => {
+                        o.copy_from_slice(&b[j..j + len2]);
+                        super::epilogue::binary_scalar_f32(op, o, a[i], false);
+                    }
+                    (false, false) => o.fill(op.eval(a[i], b[j])),
+                }
+            })
+        })
+    };
+    if tasks > 1 {
+        crate::threads::parallel_for(tasks, &part);
+    } else {
+        part(0);
+    }
+}
+
 /// Applies `f` over broadcast pairs of inputs 0 and 1 into the output.
 #[inline(always)]
 fn zip_broadcast<A: Copy, O>(p: &Pairing, a: &[A], b: &[A], out: &mut [O], f: impl Fn(A, A) -> O) {
@@ -131,9 +174,18 @@ fn binary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let p = pairing(ctx);
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         let (x, y, out) = (b.input::<T>(0), b.input::<T>(1), b.output::<T>());
-        if !(matches!(p, Pairing::Same) && super::vec32::binary(kind, x, y, out)) {
-            zip_broadcast(&p, x, y, out, |x, y| kind.eval(x, y));
+        if matches!(p, Pairing::Same) && super::vec32::binary(kind, x, y, out) {
+            return Ok(());
         }
+        if let Pairing::Runs(la, lb) = p
+            && la.run_len(out.len()).min(lb.run_len(out.len())) >= MIN_VECTOR_RUN
+            && let (Some(x), Some(y), Some(out)) =
+                (super::vec32::as_f32(x), super::vec32::as_f32(y), super::vec32::as_f32_mut(out))
+        {
+            runs_f32(kind, la, lb, x, y, out);
+            return Ok(());
+        }
+        zip_broadcast(&p, x, y, out, |x, y| kind.eval(x, y));
         Ok(())
     })), else with_int!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         zip_broadcast(&p, b.input::<T>(0), b.input::<T>(1), b.output::<T>(), |x, y| {

@@ -39,6 +39,14 @@ impl Layout {
         })
     }
 
+    /// The length of this layout's runs over an output of `n` elements (the last may be shorter).
+    pub(super) fn run_len(self, n: usize) -> usize {
+        match self {
+            Layout::Same | Layout::Splat => n,
+            Layout::Cycle(c) | Layout::Repeat(c) => c,
+        }
+    }
+
     /// Splits output elements `s0 .. s0 + len` into runs over which the input is contiguous from
     /// element `i` (`step` true) or the one element `i`: `f(offset in the span, length, i, step)`.
     pub(super) fn runs(self, s0: usize, len: usize, mut f: impl FnMut(usize, usize, usize, bool)) {
@@ -268,6 +276,11 @@ fn binary_in_place<T: FloatElem>(simd: bool, op: BinaryKind, acc: &mut [T], rhs:
         Rhs::Slice(s) => acc.iter_mut().zip(s).for_each(|(o, &y)| f(o, y)),
         Rhs::Scalar(c) => acc.iter_mut().for_each(|o| f(o, c)),
     }
+}
+
+/// `acc = op(acc, c)` (or `op(c, acc)` when `acc_left` is false), one vectorized loop per op.
+pub(super) fn binary_scalar_f32(op: BinaryKind, acc: &mut [f32], c: f32, acc_left: bool) {
+    binary_f32(super::math::avx2_fma(), op, acc, Rhs::Scalar(c), acc_left)
 }
 
 crate::simd_entry!(binary_f32 = binary_f32_body<>(op: BinaryKind, acc: &mut [f32], rhs: Rhs<'_, f32>, acc_left: bool));
