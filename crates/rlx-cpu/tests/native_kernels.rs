@@ -210,12 +210,15 @@ fn reductions_over_contiguous_axes_rows_columns_and_strided_fallback() {
 }
 
 #[test]
-fn broadcast_binaries_as_runs_every_form_and_op() {
+fn elementwise_broadcast_runs_every_form_and_op_and_threaded_sizes() {
+    // Same-shaped operands and unary ops too, at sizes split across threads.
     use rlx_ir::ops::{Binary, BinaryKind};
+    use rlx_ir::ops::{Unary, UnaryKind};
     let mut samples = vec![];
     // (a, b): a bias (suffix), a per-row value (prefix), both broadcast, a scalar-like row; the
     // first two large enough to split across threads, one with runs too short to vectorize.
-    let pairs: [(&[usize], &[usize]); 6] = [
+    let pairs: [(&[usize], &[usize]); 7] = [
+        (&[64, 4, 600], &[64, 4, 600]),
         (&[64, 4, 600], &[600]),
         (&[64, 4, 600], &[64, 4, 1]),
         (&[1, 600], &[70, 1]),
@@ -234,6 +237,12 @@ fn broadcast_binaries_as_runs_every_form_and_op() {
                 Binary { kind },
                 vec![rand(a, DType::F32, lo, hi, seed), rand(b, DType::F32, lo, hi, seed + 100)],
             ));
+        }
+    }
+    for (i, kind) in [UnaryKind::Exp, UnaryKind::Gelu, UnaryKind::Silu, UnaryKind::Neg].into_iter().enumerate() {
+        for dt in [DType::F32, DType::BF16] {
+            let x = rand(&[64, 4, 600], dt, -3.0, 3.0, 500 + i as u64);
+            samples.push(Sample::new(format!("{kind:?}/{dt:?}"), Unary { kind }, vec![x]));
         }
     }
     check(samples);

@@ -46,10 +46,13 @@ fn unary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         // f32 runs the vectorized loop of vec32.rs (polynomial exp/tanh/erf), like fused regions.
         let (x, out) = (b.input::<T>(0), b.output::<T>());
-        // f16/bf16 widen a chunk at a time and run the same f32 loop, then round once.
-        if !super::vec32::unary(kind, x, out) && !super::half_vec::unary(kind, x, out) {
-            out.iter_mut().zip(x).for_each(|(y, &x)| *y = kind.eval(x));
-        }
+        split(out, |s0, out| {
+            let x = &x[s0..s0 + out.len()];
+            // f16/bf16 widen a chunk at a time and run the same f32 loop, then round once.
+            if !super::vec32::unary(kind, x, out) && !super::half_vec::unary(kind, x, out) {
+                out.iter_mut().zip(x).for_each(|(y, &x)| *y = kind.eval(x));
+            }
+        });
         Ok(())
     })), else with_int!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         for (y, &x) in b.output::<T>().iter_mut().zip(b.input::<T>(0)) {
@@ -97,6 +100,24 @@ fn pairing_of(a: &[usize], b: &[usize], o: &[usize]) -> Pairing {
 const MIN_VECTOR_RUN: usize = 16;
 /// Outputs of fewer elements run on the calling thread.
 const PARALLEL_MIN: usize = 1 << 15;
+
+/// Runs `f(first element, part)` over the whole output, or over one part per thread when the
+/// output is large (the parts are disjoint).
+fn split<T>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    let n = out.len();
+    let tasks = if n >= PARALLEL_MIN { crate::threads::num_threads() } else { 1 };
+    if tasks <= 1 {
+        return f(0, out);
+    }
+    let o = out.as_mut_ptr() as usize;
+    crate::threads::parallel_for(tasks, &|t| {
+        // Parts of whole cache lines (16 f32): threads never write the same line.
+        let cut = |t: usize| (t * n / tasks).next_multiple_of(16).min(n);
+        let (s0, s1) = (cut(t), cut(t + 1));
+        // SAFETY: tasks write disjoint ranges of the output.
+        f(s0, unsafe { std::slice::from_raw_parts_mut((o as *mut T).add(s0), s1 - s0) })
+    });
+}
 
 /// f32 `out = op(a, b)` over broadcast runs (a bias, a per-row value): each run one vectorized
 /// loop, large outputs split across the pool.
@@ -174,7 +195,11 @@ fn binary(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let p = pairing(ctx);
     with_float!(ctx.out.dtype, T => Ok(Box::new(move |b: &Bufs<'_>| {
         let (x, y, out) = (b.input::<T>(0), b.input::<T>(1), b.output::<T>());
-        if matches!(p, Pairing::Same) && super::vec32::binary(kind, x, y, out) {
+        if matches!(p, Pairing::Same) && super::vec32::as_f32(x).is_some() {
+            split(out, |s0, out| {
+                let n = out.len();
+                super::vec32::binary(kind, &x[s0..s0 + n], &y[s0..s0 + n], out);
+            });
             return Ok(());
         }
         if let Pairing::Runs(la, lb) = p
