@@ -4,8 +4,9 @@
 //! pairs (2p, 2p + 1) of its 16 columns, the layout `tdpbf16ps` reads), both from 64-byte
 //! boundaries (tile rows across two lines load at 0.4x). A task takes a chunk of row blocks and
 //! runs them over groups of column blocks whose B stays in L2; it holds a 32 x 32 block of C in
-//! four tiles over all of k, then each row goes through the epilogue and is rounded once into C. Products are exact and the sums f32, as on the other paths; only their
-//! order differs, and the instruction flushes f32 denormals to zero.
+//! four tiles over all of k, then each row of a group goes through the epilogue and is rounded
+//! once into C. Products are exact and the sums f32, as on the other paths; only their order
+//! differs, and the instruction flushes f32 denormals to zero.
 
 // Intrinsics and asm code: every statement is unsafe; the functions document the contract.
 #![allow(unsafe_op_in_unsafe_fn)]
@@ -208,7 +209,7 @@ unsafe fn block(
 ) {
     let lda = k32 * 2;
     let a1 = a.add(T * k32);
-    let per_step = pf.1.div_ceil(k32 / KT);
+    let per_step = pf.1.div_ceil((k32 / KT).max(1));
     asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
     for kk in (0..k32).step_by(KT) {
         let first = kk / KT * per_step;

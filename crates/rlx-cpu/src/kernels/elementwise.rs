@@ -98,14 +98,12 @@ fn pairing_of(a: &[usize], b: &[usize], o: &[usize]) -> Pairing {
 
 /// Shortest broadcast run worth a vectorized loop (and its call) per run.
 const MIN_VECTOR_RUN: usize = 16;
-/// Outputs of fewer elements run on the calling thread.
-const PARALLEL_MIN: usize = 1 << 15;
 
 /// Runs `f(first element, part)` over the whole output, or over one part per thread when the
 /// output is large (the parts are disjoint).
 fn split<T>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     let n = out.len();
-    let tasks = if n >= PARALLEL_MIN { crate::threads::num_threads() } else { 1 };
+    let tasks = if n >= super::fused::PARALLEL_MIN { crate::threads::num_threads() } else { 1 };
     if tasks <= 1 {
         return f(0, out);
     }
@@ -122,14 +120,8 @@ fn split<T>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
 /// f32 `out = op(a, b)` over broadcast runs (a bias, a per-row value): each run one vectorized
 /// loop, large outputs split across the pool.
 fn runs_f32(op: BinaryKind, la: Layout, lb: Layout, a: &[f32], b: &[f32], out: &mut [f32]) {
-    let n = out.len();
-    let tasks = if n >= PARALLEL_MIN { crate::threads::num_threads() } else { 1 };
-    let o = super::math::SharedMut(out.as_mut_ptr());
-    let part = |t: usize| {
-        let (s0, s1) = (t * n / tasks, (t + 1) * n / tasks);
-        // SAFETY: tasks write disjoint ranges of the output.
-        let out = unsafe { std::slice::from_raw_parts_mut({ o }.0.add(s0), s1 - s0) };
-        la.runs(s0, s1 - s0, |off, len, i, step_a| {
+    split(out, |s0, out| {
+        la.runs(s0, out.len(), |off, len, i, step_a| {
             lb.runs(s0 + off, len, |off2, len2, j, step_b| {
                 let o = &mut out[off + off2..off + off2 + len2];
                 let i = if step_a { i + off2 } else { i };
@@ -149,12 +141,7 @@ fn runs_f32(op: BinaryKind, la: Layout, lb: Layout, a: &[f32], b: &[f32], out: &
                 }
             })
         })
-    };
-    if tasks > 1 {
-        crate::threads::parallel_for(tasks, &part);
-    } else {
-        part(0);
-    }
+    });
 }
 
 /// Applies `f` over broadcast pairs of inputs 0 and 1 into the output.

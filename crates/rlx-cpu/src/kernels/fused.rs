@@ -241,8 +241,8 @@ pub(super) fn fill<T: Copy>(src: &Src, x: &[T], r: &mut [T], s: usize) {
     }
 }
 
-/// Outputs of fewer elements run on the calling thread (waking the pool costs more).
-const PARALLEL_MIN: usize = 1 << 15;
+/// Elementwise outputs of fewer elements run on the calling thread (waking the pool costs more).
+pub(super) const PARALLEL_MIN: usize = 1 << 15;
 
 /// The `fused` kernel: chunks of the output, split across the pool for large outputs (an
 /// optimizer update over every weight, a wide activation). Chunks are disjoint, and an input
@@ -258,6 +258,8 @@ fn build<T: FloatElem>(program: Vec<Instr>, srcs: Vec<(Buf, Src)>, n: usize) -> 
         ins.extend((0..b.num_inputs()).map(|i| (b.input::<T>(i).as_ptr() as usize, b.input::<T>(i).len())));
         let out = b.output::<T>();
         assert!(n <= out.len(), "fused output shorter than its program's count");
+        let short = prog.srcs.iter().any(|(buf, src)| matches!((buf, src), (Buf::In(i), Src::Same) if ins[*i].1 < n));
+        assert!(!short, "fused input shorter than the output it lines up with");
         let (ins, optr) = (&ins, out.as_mut_ptr() as usize);
         let chunks = n.div_ceil(CHUNK);
         let run = |c0: usize, c1: usize| {
