@@ -247,3 +247,30 @@ fn elementwise_broadcast_runs_every_form_and_op_and_threaded_sizes() {
     }
     check(samples);
 }
+
+#[test]
+fn scatter_add_rows_in_every_float_type_with_repeated_indices() {
+    use rlx_ir::ops::ScatterAdd;
+    let mut samples = vec![];
+    // An embedding gradient (rows of 300, indices repeated), a middle axis, and rows of one.
+    let cases: [(&[usize], i64, &[usize], &[usize]); 3] =
+        [(&[65, 300], 0, &[40], &[40, 300]), (&[3, 7, 5], 1, &[9], &[3, 9, 5]), (&[11], 0, &[20], &[20])];
+    for (c, (target, axis, idx_dims, upd)) in cases.iter().enumerate() {
+        for (d, dt) in [DType::F32, DType::F64, DType::BF16, DType::F16].into_iter().enumerate() {
+            let len = target[*axis as usize] as i64;
+            let n: usize = idx_dims.iter().product();
+            let idx: Vec<i64> = (0..n as i64).map(|j| (j * 7 + 3) % len).collect();
+            let seed = (c * 4 + d) as u64;
+            samples.push(Sample::new(
+                format!("scatter_add/{dt:?}/{target:?}"),
+                ScatterAdd { axis: *axis },
+                vec![
+                    rand(target, dt, -2.0, 2.0, seed),
+                    HostTensor::from_i64(idx_dims, DType::I64, &idx).expect("indices"),
+                    rand(upd, dt, -2.0, 2.0, seed + 50),
+                ],
+            ));
+        }
+    }
+    check(samples);
+}

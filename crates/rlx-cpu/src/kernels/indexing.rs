@@ -123,19 +123,52 @@ fn scatter_add(ctx: &KernelCtx<'_>) -> Result<Kernel> {
                 for o in 0..outer {
                     for j in 0..ni {
                         let i = bound("scatter_add", read(idx, j), len)?;
-                        for k in 0..inner {
-                            let d = (o * len + i) * inner + k;
-                            out[d] = $add(out[d], u[(o * ni + j) * inner + k]);
-                        }
+                        let d = (o * len + i) * inner;
+                        let s = (o * ni + j) * inner;
+                        $add(&mut out[d..d + inner], &u[s..s + inner]);
                     }
                 }
                 Ok(())
             }))
         };
     }
-    with_float!(ctx.out.dtype, T => body!(T, |a: T, x: T| T::from_f64(a.to_f64() + x.to_f64())),
-        else with_int!(ctx.out.dtype, T => body!(T, |a: T, x: T| T::from_i64(a.to_i64().wrapping_add(x.to_i64()))),
+    with_float!(ctx.out.dtype, T => body!(T, add_into::<T>),
+        else with_int!(ctx.out.dtype, T => body!(T, |out: &mut [T], u: &[T]| out.iter_mut().zip(u).for_each(|(a, &x)| {
+            *a = T::from_i64(a.to_i64().wrapping_add(x.to_i64()))
+        })),
         else Err(unsupported(ctx))))
+}
+
+/// `out[k] += u[k]`, rounded once per element as the reference (which adds in f64) does: f32 and
+/// f64 add in their own type, f16/bf16 in f32 chunks. Rounding a sum first to a type of at
+/// least 2p + 2 bits (f64 for f32, f32 for the halves) and then to p bits equals one rounding,
+/// so every path gives the reference's bits.
+fn add_into<T: FloatElem>(out: &mut [T], u: &[T]) {
+    use super::half_vec::{cast, cast_mut};
+    if let (Some(o), Some(x)) = (cast_mut::<T, f32>(out), cast::<T, f32>(u)) {
+        o.iter_mut().zip(x).for_each(|(o, &x)| *o += x);
+    } else if let (Some(o), Some(x)) = (cast_mut::<T, f64>(out), cast::<T, f64>(u)) {
+        o.iter_mut().zip(x).for_each(|(o, &x)| *o += x);
+    } else if let (Some(o), Some(x)) = (cast_mut::<T, half::bf16>(out), cast::<T, half::bf16>(u)) {
+        add_half(o, x);
+    } else if let (Some(o), Some(x)) = (cast_mut::<T, half::f16>(out), cast::<T, half::f16>(u)) {
+        add_half(o, x);
+    } else {
+        out.iter_mut().zip(u).for_each(|(a, &x)| *a = T::from_f64(a.to_f64() + x.to_f64()));
+    }
+}
+
+/// `add_into` for f16/bf16: widened a chunk at a time, added in f32, rounded once.
+fn add_half<H: crate::gemm::half::HalfElem>(out: &mut [H], u: &[H]) {
+    const CHUNK: usize = 256;
+    let (mut a, mut b) = ([0f32; CHUNK], [0f32; CHUNK]);
+    for (oc, uc) in out.chunks_mut(CHUNK).zip(u.chunks(CHUNK)) {
+        let n = oc.len();
+        super::half_vec::widen(oc, &mut a[..n]);
+        super::half_vec::widen(uc, &mut b[..n]);
+        a[..n].iter_mut().zip(&b[..n]).for_each(|(a, &b)| *a += b);
+        super::half_vec::narrow(&a[..n], oc);
+    }
 }
 
 fn cumsum(ctx: &KernelCtx<'_>) -> Result<Kernel> {
