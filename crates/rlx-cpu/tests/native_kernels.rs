@@ -253,7 +253,9 @@ fn scatter_add_rows_in_every_float_type_with_repeated_indices() {
     use rlx_ir::ops::ScatterAdd;
     let mut samples = vec![];
     // An embedding gradient (rows of 300, indices repeated), a middle axis, and rows of one.
-    let cases: [(&[usize], i64, &[usize], &[usize]); 3] =
+    // (target dims, axis, index dims, update dims)
+    type Case = (&'static [usize], i64, &'static [usize], &'static [usize]);
+    let cases: [Case; 3] =
         [(&[65, 300], 0, &[40], &[40, 300]), (&[3, 7, 5], 1, &[9], &[3, 9, 5]), (&[11], 0, &[20], &[20])];
     for (c, (target, axis, idx_dims, upd)) in cases.iter().enumerate() {
         for (d, dt) in [DType::F32, DType::F64, DType::BF16, DType::F16].into_iter().enumerate() {
