@@ -246,7 +246,8 @@ fn unary_in_place_body<const FMA: bool>(u: UnaryKind, x: &mut [f32]) {
 }
 
 /// One loop per hot op, so that its expression is inlined and vectorized; others run `eval`.
-/// With AVX2 + FMA, erf, tanh and the GELUs run hand-written 8-lane loops (`simd8.rs`).
+/// With AVX2 + FMA, exp, erf, tanh, the GELUs, sigmoid and SiLU run hand-written 8-lane loops
+/// (`simd8.rs`; 16 lanes on AVX-512 for some, `simd16.rs`).
 #[inline(always)]
 fn unary_body<const FMA: bool>(u: UnaryKind, x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]

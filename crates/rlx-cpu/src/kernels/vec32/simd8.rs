@@ -1,6 +1,6 @@
 //! 8-lane AVX2 + FMA versions of `exp_f32`, `erf_f32` and `tanh_f32` (same reductions and
-//! polynomials, so the same accuracy), and the unary loops built on them: erf, tanh and both
-//! GELUs, the activations of transformer feed-forward layers.
+//! polynomials, so the same accuracy), and the unary loops built on them: exp, erf, tanh, both
+//! GELUs, sigmoid and SiLU, the activations of transformer feed-forward layers.
 
 #[cfg(target_arch = "x86_64")]
 use rlx_ir::ops::UnaryKind;
