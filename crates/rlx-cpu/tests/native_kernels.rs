@@ -276,3 +276,30 @@ fn scatter_add_rows_in_every_float_type_with_repeated_indices() {
     }
     check(samples);
 }
+
+#[test]
+fn where_with_scalar_conditions_and_branches_and_broadcasts() {
+    use rlx_ir::ops::Where;
+    let dims = [40, 70];
+    let n: usize = dims.iter().product();
+    let full_c = HostTensor::from_bool(&dims, &(0..n).map(|i| i % 3 == 0).collect::<Vec<_>>()).expect("cond");
+    let row_c = HostTensor::from_bool(&[40, 1], &(0..40).map(|i| i % 2 == 0).collect::<Vec<_>>()).expect("cond");
+    let mut samples = vec![];
+    for (d, dt) in [DType::F32, DType::BF16, DType::F64, DType::F16].into_iter().enumerate() {
+        let seed = 700 + 10 * d as u64;
+        let full = |s: u64| rand(&dims, dt, -2.0, 2.0, s);
+        let one = |s: u64| rand(&[], dt, -2.0, 2.0, s);
+        let cases = [
+            ("scalar-true", HostTensor::from_bool(&[], &[true]).expect("cond"), full(seed), full(seed + 1)),
+            ("scalar-false", HostTensor::from_bool(&[], &[false]).expect("cond"), full(seed + 2), one(seed + 3)),
+            ("full/x-splat", full_c.clone(), one(seed + 4), full(seed + 5)),
+            ("full/y-splat", full_c.clone(), full(seed + 6), one(seed + 7)),
+            ("full/both-splat", full_c.clone(), one(seed + 8), one(seed + 9)),
+            ("rows/map", row_c.clone(), full(seed + 10), rand(&[70], dt, -2.0, 2.0, seed + 11)),
+        ];
+        for (label, c, x, y) in cases {
+            samples.push(Sample::new(format!("where/{dt:?}/{label}"), Where {}, vec![c, x, y]));
+        }
+    }
+    check(samples);
+}

@@ -227,25 +227,50 @@ fn compare(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     })), else Err(unsupported(ctx))))
 }
 
+/// How a `where` input lines up with the output.
+enum WhereSrc {
+    /// The output's shape: element i.
+    Same,
+    /// One element for all (a scalar condition, a constant branch): element 0, no index map.
+    Splat,
+    /// Broadcast through an index map.
+    Map(Vec<u32>),
+}
+
+impl WhereSrc {
+    #[inline(always)]
+    fn at(&self, i: usize) -> usize {
+        match self {
+            WhereSrc::Same => i,
+            WhereSrc::Splat => 0,
+            WhereSrc::Map(m) => m[i] as usize,
+        }
+    }
+}
+
 fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let o = ctx.out_dims();
-    // An input of the output's shape is read directly; others through an index map.
-    let maps: Vec<Option<Vec<u32>>> = (0..3)
+    // An input of the output's shape is read directly, a one-element one as a splat; others
+    // through an index map.
+    let srcs: Vec<WhereSrc> = (0..3)
         .map(|i| {
             let d = ctx.in_dims(i);
-            (d != o).then(|| broadcast_index_map(&o, &d).into_iter().map(|x| x as u32).collect())
+            match d {
+                d if d == o => WhereSrc::Same,
+                d if d.iter().product::<usize>() == 1 => WhereSrc::Splat,
+                d => WhereSrc::Map(broadcast_index_map(&o, &d).into_iter().map(|x| x as u32).collect()),
+            }
         })
         .collect();
     Ok(match ctx.out.dtype.size_bytes() {
-        1 => where_typed::<u8>(maps),
-        2 => where_typed::<u16>(maps),
-        4 => where_typed::<u32>(maps),
-        8 => where_typed::<u64>(maps),
+        1 => where_typed::<u8>(srcs),
+        2 => where_typed::<u16>(srcs),
+        4 => where_typed::<u32>(srcs),
+        8 => where_typed::<u64>(srcs),
         size => Box::new(move |b: &Bufs<'_>| {
             let (c, x, y, out) = (b.input_bytes(0), b.input_bytes(1), b.input_bytes(2), b.output_bytes());
-            let at = |k: usize, i: usize| maps[k].as_ref().map_or(i, |m| m[i] as usize);
             for (i, dst) in out.chunks_exact_mut(size).enumerate() {
-                let (src, j) = if c[at(0, i)] != 0 { (x, at(1, i)) } else { (y, at(2, i)) };
+                let (src, j) = if c[srcs[0].at(i)] != 0 { (x, srcs[1].at(i)) } else { (y, srcs[2].at(i)) };
                 dst.copy_from_slice(&src[j * size..(j + 1) * size]);
             }
             Ok(())
@@ -253,19 +278,40 @@ fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     })
 }
 
-/// `where` on elements of one size, moved as plain words.
-fn where_typed<E: bytemuck::Pod>(maps: Vec<Option<Vec<u32>>>) -> Kernel {
+/// `where` on elements of one size, moved as plain words. Without index maps: a scalar
+/// condition copies (or fills) the chosen branch whole; otherwise one pass with the branches
+/// read in place or splat (the loss scaler's `where(finite, update, old)` over every weight).
+fn where_typed<E: bytemuck::Pod>(srcs: Vec<WhereSrc>) -> Kernel {
     Box::new(move |b: &Bufs<'_>| {
         let (c, x, y, out) = (b.input::<u8>(0), b.input::<E>(1), b.input::<E>(2), b.output::<E>());
-        if maps.iter().all(Option::is_none) {
-            out.iter_mut()
-                .zip(c.iter().zip(x.iter().zip(y)))
-                .for_each(|(o, (&c, (&x, &y)))| *o = if c != 0 { x } else { y });
+        if srcs.iter().all(|s| !matches!(s, WhereSrc::Map(_))) {
+            let splat = |k: usize| matches!(srcs[k], WhereSrc::Splat);
+            if splat(0) {
+                let (src, k) = if c[0] != 0 { (x, 1) } else { (y, 2) };
+                if splat(k) {
+                    out.fill(src[0])
+                } else {
+                    out.copy_from_slice(src)
+                }
+                return Ok(());
+            }
+            match (splat(1), splat(2)) {
+                (false, false) => out
+                    .iter_mut()
+                    .zip(c.iter().zip(x.iter().zip(y)))
+                    .for_each(|(o, (&c, (&x, &y)))| *o = if c != 0 { x } else { y }),
+                (true, false) => {
+                    out.iter_mut().zip(c.iter().zip(y)).for_each(|(o, (&c, &y))| *o = if c != 0 { x[0] } else { y })
+                }
+                (false, true) => {
+                    out.iter_mut().zip(c.iter().zip(x)).for_each(|(o, (&c, &x))| *o = if c != 0 { x } else { y[0] })
+                }
+                (true, true) => out.iter_mut().zip(c).for_each(|(o, &c)| *o = if c != 0 { x[0] } else { y[0] }),
+            }
             return Ok(());
         }
-        let at = |k: usize, i: usize| maps[k].as_ref().map_or(i, |m| m[i] as usize);
         for (i, o) in out.iter_mut().enumerate() {
-            *o = if c[at(0, i)] != 0 { x[at(1, i)] } else { y[at(2, i)] };
+            *o = if c[srcs[0].at(i)] != 0 { x[srcs[1].at(i)] } else { y[srcs[2].at(i)] };
         }
         Ok(())
     })
