@@ -2,7 +2,7 @@
 //! the same scalar expressions as the reference (`UnaryKind::eval`, `BinaryKind::eval`).
 
 use super::epilogue::Layout;
-use super::fused::{Buf, src};
+use super::fused::{Buf, Src, src};
 use super::{ALL, Kernel, KernelBuilder, KernelCtx, NUMERIC, REAL_AND_BOOL, unsupported};
 use crate::elem::{FloatElem, IntElem};
 use crate::exec::Bufs;
@@ -227,39 +227,14 @@ fn compare(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     })), else Err(unsupported(ctx))))
 }
 
-/// How a `where` input lines up with the output.
-enum WhereSrc {
-    /// The output's shape: element i.
-    Same,
-    /// One element for all (a scalar condition, a constant branch): element 0, no index map.
-    Splat,
-    /// Broadcast through an index map.
-    Map(Vec<u32>),
-}
-
-impl WhereSrc {
-    #[inline(always)]
-    fn at(&self, i: usize) -> usize {
-        match self {
-            WhereSrc::Same => i,
-            WhereSrc::Splat => 0,
-            WhereSrc::Map(m) => m[i] as usize,
-        }
-    }
-}
-
 fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let o = ctx.out_dims();
     // An input of the output's shape is read directly, a one-element one as a splat; others
-    // through an index map.
-    let srcs: Vec<WhereSrc> = (0..3)
-        .map(|i| {
-            let d = ctx.in_dims(i);
-            match d {
-                d if d == o => WhereSrc::Same,
-                d if d.iter().product::<usize>() == 1 => WhereSrc::Splat,
-                d => WhereSrc::Map(broadcast_index_map(&o, &d).into_iter().map(|x| x as u32).collect()),
-            }
+    // through an index map (one load per element, not a division as `Src::Cycle` would cost).
+    let srcs: Vec<Src> = (0..3)
+        .map(|i| match src(&o, &ctx.in_dims(i)) {
+            s @ (Src::Same | Src::Splat) => s,
+            _ => Src::Map(broadcast_index_map(&o, &ctx.in_dims(i)).into_iter().map(|x| x as u32).collect()),
         })
         .collect();
     Ok(match ctx.out.dtype.size_bytes() {
@@ -270,7 +245,7 @@ fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         size => Box::new(move |b: &Bufs<'_>| {
             let (c, x, y, out) = (b.input_bytes(0), b.input_bytes(1), b.input_bytes(2), b.output_bytes());
             for (i, dst) in out.chunks_exact_mut(size).enumerate() {
-                let (src, j) = if c[srcs[0].at(i)] != 0 { (x, srcs[1].at(i)) } else { (y, srcs[2].at(i)) };
+                let (src, j) = if c[srcs[0].index(i)] != 0 { (x, srcs[1].index(i)) } else { (y, srcs[2].index(i)) };
                 dst.copy_from_slice(&src[j * size..(j + 1) * size]);
             }
             Ok(())
@@ -281,11 +256,11 @@ fn where_(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 /// `where` on elements of one size, moved as plain words. Without index maps: a scalar
 /// condition copies (or fills) the chosen branch whole; otherwise one pass with the branches
 /// read in place or splat (the loss scaler's `where(finite, update, old)` over every weight).
-fn where_typed<E: bytemuck::Pod>(srcs: Vec<WhereSrc>) -> Kernel {
+fn where_typed<E: bytemuck::Pod>(srcs: Vec<Src>) -> Kernel {
     Box::new(move |b: &Bufs<'_>| {
         let (c, x, y, out) = (b.input::<u8>(0), b.input::<E>(1), b.input::<E>(2), b.output::<E>());
-        if srcs.iter().all(|s| !matches!(s, WhereSrc::Map(_))) {
-            let splat = |k: usize| matches!(srcs[k], WhereSrc::Splat);
+        if srcs.iter().all(|s| matches!(s, Src::Same | Src::Splat)) {
+            let splat = |k: usize| matches!(srcs[k], Src::Splat);
             if splat(0) {
                 let (src, k) = if c[0] != 0 { (x, 1) } else { (y, 2) };
                 if splat(k) {
@@ -311,7 +286,7 @@ fn where_typed<E: bytemuck::Pod>(srcs: Vec<WhereSrc>) -> Kernel {
             return Ok(());
         }
         for (i, o) in out.iter_mut().enumerate() {
-            *o = if c[srcs[0].at(i)] != 0 { x[srcs[1].at(i)] } else { y[srcs[2].at(i)] };
+            *o = if c[srcs[0].index(i)] != 0 { x[srcs[1].index(i)] } else { y[srcs[2].index(i)] };
         }
         Ok(())
     })

@@ -40,6 +40,20 @@ pub(super) enum Src {
     Map(Vec<u32>),
 }
 
+impl Src {
+    /// The input element that output element `i` reads.
+    #[inline(always)]
+    pub(super) fn index(&self, i: usize) -> usize {
+        match self {
+            Src::Same => i,
+            Src::Splat => 0,
+            Src::Cycle(c) => i % c,
+            Src::Repeat(c) => i / c,
+            Src::Map(m) => m[i] as usize,
+        }
+    }
+}
+
 /// How program input `i` (of dims `d`) is read.
 pub(super) fn src(od: &[usize], d: &[usize]) -> Src {
     let n: usize = od.iter().product();
