@@ -17,9 +17,9 @@ use ::half::bf16;
 use std::arch::asm;
 
 /// Rows (and columns) of one tile; a task's block is two by two tiles.
-const T: usize = 16;
+pub(crate) const T: usize = 16;
 /// k per tile step (16 pairs of bf16).
-const KT: usize = 32;
+pub(crate) const KT: usize = 32;
 
 /// Whether bf16 products run here: the CPU has AMX-TILE and AMX-BF16, the kernel grants this
 /// process the tile state, and `RLX_BF16_AMX=0` is not set. Asked once.
@@ -74,7 +74,7 @@ struct Config {
 }
 
 /// Elements per B pair panel of k: 16 columns x 2 over k / 2 (rounded up to 16) pair rows.
-fn panel_len(k: usize) -> usize {
+pub(crate) fn panel_len(k: usize) -> usize {
     k.div_ceil(KT) * KT * T
 }
 
@@ -198,7 +198,7 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
 /// `pf`: lines to ask into L2 along the way (`pf.1` from `pf.0`, a share per k step).
-unsafe fn block(
+pub(crate) unsafe fn block(
     k32: usize,
     a: *const u16,
     b0: *const u16,
@@ -249,6 +249,30 @@ unsafe fn block(
         ldc = in(reg) ldc,
         options(nostack),
     );
+}
+
+/// Loads the tile configuration `block` uses (eight tiles of 16 rows of 64 bytes) on this
+/// thread; `release_tiles` ends it.
+///
+/// # Safety
+/// `available()` returned true.
+pub(crate) unsafe fn configure_tiles() {
+    let cfg = Config {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: std::array::from_fn(|t| if t < 8 { 64 } else { 0 }),
+        rows: std::array::from_fn(|t| if t < 8 { T as u8 } else { 0 }),
+    };
+    asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+}
+
+/// Releases this thread's tile state (after `configure_tiles`).
+///
+/// # Safety
+/// `available()` returned true.
+pub(crate) unsafe fn release_tiles() {
+    asm!("tilerelease", options(nostack));
 }
 
 thread_local! {
@@ -361,14 +385,7 @@ unsafe fn rows(
     for (q, rb) in rbs.clone().enumerate() {
         pack_a(a, rb * 2 * T, m, k, k32, &mut pa[q * block_len..(q + 1) * block_len]);
     }
-    let cfg = Config {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: std::array::from_fn(|t| if t < 8 { 64 } else { 0 }),
-        rows: std::array::from_fn(|t| if t < 8 { T as u8 } else { 0 }),
-    };
-    asm!("ldtilecfg [{0}]", in(reg) &cfg, options(nostack, readonly));
+    configure_tiles();
     // A row block's sums over a group of column blocks, then the epilogue and rounding on
     // whole group rows (one call per row, not per 32 columns).
     let mut out = Aligned([0f32; 2 * T * GROUP_COLS]);
@@ -403,7 +420,7 @@ unsafe fn rows(
             }
         }
     }
-    asm!("tilerelease", options(nostack));
+    release_tiles();
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ mod blocked;
 mod gemv;
 pub mod half;
 #[cfg(target_arch = "x86_64")]
-mod half_amx;
+pub(crate) mod half_amx;
 #[cfg(target_arch = "x86_64")]
 mod half_bf16;
 mod half_convert;

@@ -11,9 +11,14 @@
 //! Q8_0: `x8q80.rs`) read only that copy (`RLX_QUANT_REPACK=0`: none). Other weights: decode
 //! splits the rows over threads; prefill quantizes each activation row once and runs a batched
 //! int8 matmul (`gemm.rs`): weight rows unpacked once into a tile every activation row reuses.
+//! On CPUs with AMX-BF16, prefill of at least `amx::MIN_ROWS` rows over the repacked copy
+//! dequantizes bands of weight rows to bf16 and runs `tdpbf16ps` tiles instead (`amx.rs`: 2-4x
+//! the int8 kernels at 128 rows; `RLX_QUANT_AMX=0` turns it off).
 //! The repacked and batched kernels are x86 only: on aarch64 decode and prefill both take the
 //! NEON row dot products (`neon.rs`), one weight row against each activation row.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 #[cfg(target_arch = "x86_64")]
 mod blocks4;
 mod dot;
@@ -290,6 +295,22 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
     }
 }
 
+/// The bf16 activation buffer of the AMX prefill (`amx.rs`) when it takes `m` rows of a
+/// repacked `scheme` here, else None (reserved now, so a run allocates nothing).
+/// `RLX_QUANT_AMX=0` turns it off (the int8 kernels instead, for comparisons).
+#[cfg(target_arch = "x86_64")]
+fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> Option<Vec<u16>> {
+    let on = std::env::var("RLX_QUANT_AMX").map_or(true, |v| v != "0");
+    (on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available())
+        .then(|| vec![0; m.div_ceil(32) * 32 * k + 32])
+}
+
+/// No AMX prefill off x86 (the tests ask).
+#[cfg(all(test, not(target_arch = "x86_64")))]
+fn amx_rows(_: QuantScheme, _: usize, _: usize) -> Option<Vec<u16>> {
+    None
+}
+
 /// Whether decode (m = 1) repacks the weights into interleaved row groups (`repack.rs`);
 /// `RLX_QUANT_REPACK=0` turns it off (row dot products on the original layout instead). The
 /// group kernels exist for x86 only (aarch64 takes the NEON row dot products).
@@ -334,12 +355,20 @@ impl BuiltQMatMul {
         let mut ps = vec![[0i32; 4]; if scheme == QuantScheme::Q6_K { 0 } else { m * k / 256 }];
         let mut shared = packed::Shared::new(scheme, n, k);
         let mut scratch = gemm::Scratch::new(m, k);
+        let mut amx_a = amx_rows(scheme, m, k);
         Box::new(move |b: &Bufs<'_>| {
+            let y = OutPtr(b.output::<f32>().as_mut_ptr());
+            let w = b.input::<u8>(1);
+            if let Some(a) = &mut amx_a
+                && let Some(packed) = shared.get(b.input_version(1), w)
+            {
+                // SAFETY: `amx_rows` checked the CPU and the scheme; the shapes are the node's.
+                unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) };
+                return Ok(());
+            }
             for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
                 dot::quantize_q8k(x, a);
             }
-            let y = OutPtr(b.output::<f32>().as_mut_ptr());
-            let w = b.input::<u8>(1);
             match shared.get(b.input_version(1), w) {
                 Some(packed) => {
                     repack::pair_sums_for(scheme, &act, &mut ps);
@@ -391,12 +420,22 @@ impl BuiltQMatMul {
         let mut shared = packed::Shared::new(scheme, n, k);
         #[cfg(target_arch = "x86_64")]
         let scratch = (m > 1 && batched(scheme, isa)).then(|| gemm::Scratch::new(m, k));
+        #[cfg(target_arch = "x86_64")]
+        let mut amx_a = amx_rows(scheme, m, k);
         Box::new(move |b: &Bufs<'_>| {
+            let y = OutPtr(b.output::<f32>().as_mut_ptr());
+            let w = b.input::<u8>(1);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(a) = &mut amx_a
+                && let Some(packed) = shared.get(b.input_version(1), w)
+            {
+                // SAFETY: `amx_rows` checked the CPU and the scheme; the shapes are the node's.
+                unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) };
+                return Ok(());
+            }
             for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
                 dot::quantize_q80(x, a);
             }
-            let y = OutPtr(b.output::<f32>().as_mut_ptr());
-            let w = b.input::<u8>(1);
             if let Some(packed) = shared.get(b.input_version(1), w) {
                 x8q80::gemm(isa, packed, &act, (m, k), n, y);
                 return Ok(());

@@ -399,7 +399,7 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
         let mut dec = compile(s, 1, n, k);
         // Prefill graphs at m around the micro-kernel tails, sharing the decode graph's param.
         let mut pre: Vec<(usize, Box<dyn Executable>)> =
-            [2usize, 5, 16].into_iter().map(|m| (m, compile(s, m, n, k))).collect();
+            [2usize, 5, 15, 16].into_iter().map(|m| (m, compile(s, m, n, k))).collect();
         for (_, e) in &mut pre {
             e.bind_param(0, dec.share_param(0).unwrap()).unwrap();
         }
@@ -423,8 +423,18 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
                 let mut out = vec![0u8; *m * n * 4];
                 e.run(&[&xb[..*m * k * 4]], &mut [out.as_mut_slice()]).unwrap();
                 let got = f32s(&out);
+                // The AMX prefill rounds activations to bf16, not Q8: close, not bit for bit.
+                let tol = if super::amx_rows(s, *m, k).is_some() {
+                    2e-2 * want.iter().fold(0f32, |a, v| a.max(v.abs()))
+                } else {
+                    0.0
+                };
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
+                    if tol == 0.0 {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
+                    } else {
+                        assert!((g - w).abs() <= tol, "{s} m={m} (AMX) round {round} element {i}: {g} vs {w}");
+                    }
                 }
             }
             // One copy for all four graphs (none where decode does not repack: the portable path,
