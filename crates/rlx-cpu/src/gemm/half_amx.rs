@@ -251,6 +251,38 @@ pub(crate) unsafe fn block(
     );
 }
 
+/// `block` for 16 rows of A (a last row block of at most 16 rows): the 16 x 32 block into the
+/// first 16 rows of `out`, half the tile work.
+///
+/// # Safety
+/// As `block`; A needs only 16 rows.
+pub(crate) unsafe fn block16(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32, ldo: usize) {
+    asm!("tilezero tmm0", "tilezero tmm1", options(nostack));
+    for kk in (0..k32).step_by(KT) {
+        asm!(
+            "tileloadd tmm4, [{a0} + {lda} * 1]",
+            "tileloadd tmm6, [{b0} + {ldb} * 1]",
+            "tileloadd tmm7, [{b1} + {ldb} * 1]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            a0 = in(reg) a.add(kk),
+            b0 = in(reg) b0.add(kk * T),
+            b1 = in(reg) b1.add(kk * T),
+            lda = in(reg) k32 * 2,
+            ldb = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+    }
+    asm!(
+        "tilestored [{c0} + {ldc} * 1], tmm0",
+        "tilestored [{c1} + {ldc} * 1], tmm1",
+        c0 = in(reg) out,
+        c1 = in(reg) out.add(T),
+        ldc = in(reg) ldo * 4,
+        options(nostack),
+    );
+}
+
 /// Loads the tile configuration `block` uses (eight tiles of 16 rows of 64 bytes) on this
 /// thread; `release_tiles` ends it.
 ///
