@@ -125,8 +125,11 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
     };
     let stop_tokens = if a.ignore_eos { vec![] } else { tok.eos.into_iter().collect() };
     let opts = GenerateOptions { max_tokens: a.max_tokens, sampler, stop_tokens };
+    // `RLX_PROFILE=1`: the CPU kernels' times over prefill and decode, on stderr at the end.
+    rlx_cpu::kernels::profile::reset();
     if a.json {
         let stats = run_generate(&mut m, &prompt, &opts, |_| true)?;
+        eprint!("{}", rlx_cpu::kernels::profile::report());
         let obj = serde_json::json!({
             "tokens": stats.tokens,
             "text": tok.decode(&stats.tokens),
@@ -158,5 +161,6 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
         stats.tokens.len(),
         stats.decode_tok_s()
     );
+    eprint!("{}", rlx_cpu::kernels::profile::report());
     Ok(())
 }

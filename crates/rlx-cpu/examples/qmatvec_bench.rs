@@ -60,7 +60,13 @@ fn scheme(name: &str) -> QuantScheme {
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<usize> = argv.iter().filter_map(|a| a.parse().ok()).collect();
-    let names: Vec<&str> = argv.iter().filter(|a| a.parse::<usize>().is_err()).map(|a| a.as_str()).collect();
+    // `NxK` arguments replace the default weight shapes (n rows of k values).
+    let custom: Vec<(usize, usize)> = argv
+        .iter()
+        .filter_map(|a| a.split_once('x').and_then(|(n, k)| Some((n.parse().ok()?, k.parse().ok()?))))
+        .collect();
+    let names: Vec<&str> =
+        argv.iter().filter(|a| a.parse::<usize>().is_err() && !a.contains('x')).map(|a| a.as_str()).collect();
     let schemes: Vec<QuantScheme> =
         if names.is_empty() { vec![QuantScheme::Q4_K] } else { names.iter().map(|n| scheme(n)).collect() };
     let reps = args.first().copied().unwrap_or(9);
@@ -82,9 +88,12 @@ fn main() {
     let peer = read_bandwidth(&buf, reps);
     drop(buf);
     println!("plain parallel read of 256 MiB: {peer:.1} GB/s");
-    let shapes = [(4096usize, 4096usize), (11008, 4096), (4096, 11008), (1024, 1024), (2048, 1024)];
+    let mut shapes = vec![(4096usize, 4096usize), (11008, 4096), (4096, 11008), (1024, 1024), (2048, 1024)];
+    if !custom.is_empty() {
+        shapes = custom;
+    }
     for s in schemes {
-        for (n, k) in shapes {
+        for &(n, k) in &shapes {
             let bytes = n * s.row_bytes(k).unwrap();
             // Decode streams 256 MiB of copies from DRAM; prefill reuses weights, 64 MiB is enough.
             // `QBENCH_MIB` overrides it (a few MiB: weights stay in cache, the kernel's compute alone).
