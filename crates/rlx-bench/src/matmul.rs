@@ -3,7 +3,7 @@
 
 use crate::candle_peer::CandleMatmul;
 use crate::peers::PyPeers;
-use crate::probe::pingpong_ns;
+use crate::probe::{fma_peak_gflops, pingpong_ns};
 use crate::stats::{Timer, median};
 use rlx_cpu::gemm::{MatMut, MatRef, gemm};
 
@@ -32,13 +32,16 @@ fn view<T>(x: &[T], n: usize) -> MatRef<T> {
 /// Prints one line per size: GFLOP/s of each and RLX over the best peer.
 pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
     println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
-    println!("| n | RLX | candle | numpy | JAX | RLX / best peer | ping-pong ns |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| n | RLX | candle | numpy | JAX | RLX / best peer | FMA peak | RLX / peak | ping-pong ns |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let threads = rlx_cpu::threads::num_threads();
     for &n in sizes {
         let (a, b) = inputs(n, |x| x);
         let mut c = vec![0f32; n * n];
         let cm = CandleMatmul::new(n)?;
         let (mut rlx, mut cand, mut np, mut jx, mut pp) = (Timer::default(), Timer::default(), vec![], vec![], vec![]);
+        // The FMA peak of the same threads, once per round (it moves with the clocks).
+        let mut peak = vec![];
         let r = reps(n);
         let mut rlx_run = || {
             // SAFETY: the buffers hold n*n elements each and do not alias.
@@ -49,6 +52,7 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
         cm.run()?;
         for _ in 0..rounds {
             pp.push(pingpong_ns());
+            peak.push(fma_peak_gflops(threads));
             for _ in 0..r {
                 rlx.time(&mut rlx_run)?;
             }
@@ -71,11 +75,13 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
         // A missing peer is NaN: f64::max ignores it.
         let best = g_c.max(g_np).max(g_jx);
         let show = |g: f64| if g.is_nan() { "skipped".to_string() } else { format!("{g:.1}") };
+        let g_peak = median(&peak);
         println!(
-            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {:.3}x | {:.0} |",
+            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {:.3}x | {g_peak:.1} | {:.1}% | {:.0} |",
             show(g_np),
             show(g_jx),
             g_rlx / best,
+            100.0 * g_rlx / g_peak,
             median(&pp)
         );
     }
