@@ -46,7 +46,8 @@ pub fn fma_peak_gflops(threads: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         let wide = is_x86_feature_detected!("avx512f");
-        if !wide && !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !wide && !fma {
             return f64::NAN;
         }
         // FMAs per loop pass, lanes per FMA.
