@@ -185,6 +185,58 @@ impl OutPtr {
     }
 }
 
+/// Per-call buffers shared by every quantized kernel in the process. A graph runs one node at a
+/// time, so one buffer of the largest size serves all of its matmuls, where a buffer per node held
+/// about `m * k` bytes for each of a model's matmuls (600 MB more at a 1024-token prefill).
+struct Pool<T>(std::sync::Mutex<Vec<Vec<T>>>);
+
+impl<T: Clone + Default> Pool<T> {
+    const fn new() -> Self {
+        Pool(std::sync::Mutex::new(Vec::new()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<T>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes sure a buffer of at least `len` elements is there (when a kernel is built, so that
+    /// runs allocate nothing).
+    fn reserve(&self, len: usize) {
+        let mut bufs = self.lock();
+        match bufs.iter_mut().max_by_key(|v| v.len()) {
+            Some(v) if v.len() < len => v.resize(len, T::default()),
+            Some(_) => {}
+            None => {
+                bufs.reserve(4);
+                bufs.push(vec![T::default(); len]);
+            }
+        }
+    }
+
+    /// Runs `f` on a free buffer of at least `len` elements: a new one only while every buffer is
+    /// in use by graphs running on other threads.
+    fn with<R>(&self, len: usize, f: impl FnOnce(&mut Vec<T>) -> R) -> R {
+        let mut v = self.lock().pop().unwrap_or_default();
+        if v.len() < len {
+            v.resize(len, T::default());
+        }
+        let r = f(&mut v);
+        self.lock().push(v);
+        r
+    }
+}
+
+/// Q8_K activations of prefill (m > 1) kernels.
+static ACT_K: Pool<Q8K> = Pool::new();
+/// Q8_0 activations of prefill kernels.
+static ACT_0: Pool<Q80> = Pool::new();
+/// Pair sums of Q4_K / Q5_K prefill activations.
+#[cfg(target_arch = "x86_64")]
+static PAIR_SUMS: Pool<[i32; 4]> = Pool::new();
+/// The AMX prefill's bf16 activations.
+#[cfg(target_arch = "x86_64")]
+static AMX_ACT: Pool<u16> = Pool::new();
+
 /// Output rows per task (decode) and activation rows per tile (prefill).
 const ROWS_PER_TASK: usize = 32;
 const TILE_M: usize = 16;
@@ -254,25 +306,31 @@ impl BuiltQMatMul {
         }
         match row_dot(scheme, isa) {
             Some(RowDot::K(f)) => {
-                // Scratch for the quantized activations, allocated once here.
-                let mut act = vec![Q8K::default(); m * k / 256];
+                // Scratch for the quantized activations, reserved once here.
+                ACT_K.reserve(m * k / 256);
                 Ok(Box::new(move |b: &Bufs<'_>| {
-                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                        dot::quantize_q8k(x, a);
-                    }
-                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                    matmul_rows(&act, k / 256, b.input::<u8>(1), rb, n, y, f);
+                    ACT_K.with(m * k / 256, |act| {
+                        let act = &mut act[..m * k / 256];
+                        for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                            dot::quantize_q8k(x, a);
+                        }
+                        let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                        matmul_rows(act, k / 256, b.input::<u8>(1), rb, n, y, f);
+                    });
                     Ok(())
                 }))
             }
             Some(RowDot::Z(f)) => {
-                let mut act = vec![Q80::default(); m * k / 32];
+                ACT_0.reserve(m * k / 32);
                 Ok(Box::new(move |b: &Bufs<'_>| {
-                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                        dot::quantize_q80(x, a);
-                    }
-                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                    matmul_rows(&act, k / 32, b.input::<u8>(1), rb, n, y, f);
+                    ACT_0.with(m * k / 32, |act| {
+                        let act = &mut act[..m * k / 32];
+                        for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                            dot::quantize_q80(x, a);
+                        }
+                        let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                        matmul_rows(act, k / 32, b.input::<u8>(1), rb, n, y, f);
+                    });
                     Ok(())
                 }))
             }
@@ -295,20 +353,23 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
     }
 }
 
-/// The bf16 activation buffer of the AMX prefill (`amx.rs`) when it takes `m` rows of a
-/// repacked `scheme` here, else None (reserved now, so a run allocates nothing).
-/// `RLX_QUANT_AMX=0` turns it off (the int8 kernels instead, for comparisons).
+/// Whether the AMX prefill (`amx.rs`) takes `m` rows of a repacked `scheme` here; if so its bf16
+/// activation buffer is reserved now, so a run allocates nothing. `RLX_QUANT_AMX=0` turns it off
+/// (the int8 kernels instead, for comparisons).
 #[cfg(target_arch = "x86_64")]
-fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> Option<Vec<u16>> {
+fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> bool {
     let on = std::env::var("RLX_QUANT_AMX").map_or(true, |v| v != "0");
-    (on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available())
-        .then(|| vec![0; m.div_ceil(32) * 32 * k + 32])
+    let take = on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available();
+    if take {
+        AMX_ACT.reserve(m.div_ceil(32) * 32 * k + 32);
+    }
+    take
 }
 
 /// No AMX prefill off x86 (the tests ask).
 #[cfg(all(test, not(target_arch = "x86_64")))]
-fn amx_rows(_: QuantScheme, _: usize, _: usize) -> Option<Vec<u16>> {
-    None
+fn amx_rows(_: QuantScheme, _: usize, _: usize) -> bool {
+    false
 }
 
 /// Whether decode (m = 1) repacks the weights into interleaved row groups (`repack.rs`);
@@ -351,31 +412,36 @@ impl BuiltQMatMul {
     /// are not params take the batched kernel on the original layout.
     fn repacked_batched_kernel(self) -> Kernel {
         let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
-        let mut act = vec![Q8K::default(); m * k / 256];
-        let mut ps = vec![[0i32; 4]; if scheme == QuantScheme::Q6_K { 0 } else { m * k / 256 }];
+        let sums = if scheme == QuantScheme::Q6_K { 0 } else { m * k / 256 };
         let mut shared = packed::Shared::new(scheme, n, k);
         let mut scratch = gemm::Scratch::new(m, k);
-        let mut amx_a = amx_rows(scheme, m, k);
+        let amx = amx_rows(scheme, m, k);
+        if !amx {
+            ACT_K.reserve(m * k / 256);
+            PAIR_SUMS.reserve(sums);
+        }
         Box::new(move |b: &Bufs<'_>| {
             let y = OutPtr(b.output::<f32>().as_mut_ptr());
             let w = b.input::<u8>(1);
-            if let Some(a) = &mut amx_a
-                && let Some(packed) = shared.get(b.input_version(1), w)
-            {
+            if amx && let Some(packed) = shared.get(b.input_version(1), w) {
                 // SAFETY: `amx_rows` checked the CPU and the scheme; the shapes are the node's.
-                unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) };
+                AMX_ACT.with(0, |a| unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) });
                 return Ok(());
             }
-            for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                dot::quantize_q8k(x, a);
-            }
-            match shared.get(b.input_version(1), w) {
-                Some(packed) => {
-                    repack::pair_sums_for(scheme, &act, &mut ps);
-                    x8gemm::gemm(isa, scheme, packed, &act, &ps, (m, k), n, y);
+            ACT_K.with(m * k / 256, |act| {
+                let act = &mut act[..m * k / 256];
+                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                    dot::quantize_q8k(x, a);
                 }
-                None => gemm::gemm_k(isa, scheme, &act, (m, k), w, rb, n, y, &mut scratch),
-            }
+                match shared.get(b.input_version(1), w) {
+                    Some(packed) => PAIR_SUMS.with(sums, |ps| {
+                        let ps = &mut ps[..sums];
+                        repack::pair_sums_for(scheme, act, ps);
+                        x8gemm::gemm(isa, scheme, packed, act, ps, (m, k), n, y);
+                    }),
+                    None => gemm::gemm_k(isa, scheme, act, (m, k), w, rb, n, y, &mut scratch),
+                }
+            });
             Ok(())
         })
     }
@@ -385,25 +451,31 @@ impl BuiltQMatMul {
     fn batched_kernel(self) -> Kernel {
         let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
         if scheme.block_size() == 256 {
-            let mut act = vec![Q8K::default(); m * k / 256];
+            ACT_K.reserve(m * k / 256);
             let mut scratch = gemm::Scratch::new(m, k);
             Box::new(move |b: &Bufs<'_>| {
-                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                    dot::quantize_q8k(x, a);
-                }
-                let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                gemm::gemm_k(isa, scheme, &act, (m, k), b.input::<u8>(1), rb, n, y, &mut scratch);
+                ACT_K.with(m * k / 256, |act| {
+                    let act = &mut act[..m * k / 256];
+                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+                        dot::quantize_q8k(x, a);
+                    }
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    gemm::gemm_k(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &mut scratch);
+                });
                 Ok(())
             })
         } else {
-            let mut act = vec![Q80::default(); m * k / 32];
+            ACT_0.reserve(m * k / 32);
             let scratch = gemm::Scratch::new(m, k);
             Box::new(move |b: &Bufs<'_>| {
-                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                    dot::quantize_q80(x, a);
-                }
-                let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                gemm::gemm_0(isa, scheme, &act, (m, k), b.input::<u8>(1), rb, n, y, &scratch);
+                ACT_0.with(m * k / 32, |act| {
+                    let act = &mut act[..m * k / 32];
+                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                        dot::quantize_q80(x, a);
+                    }
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    gemm::gemm_0(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &scratch);
+                });
                 Ok(())
             })
         }
@@ -416,36 +488,41 @@ impl BuiltQMatMul {
     fn repacked_q80_kernel(self) -> Kernel {
         let BuiltQMatMul { scheme, k, rb, m, n, isa } = self;
         let Some(RowDot::Z(f)) = row_dot(scheme, isa) else { unreachable!("Q8_0 has a row dot product") };
-        let mut act = vec![Q80::default(); m * k / 32];
         let mut shared = packed::Shared::new(scheme, n, k);
         #[cfg(target_arch = "x86_64")]
         let scratch = (m > 1 && batched(scheme, isa)).then(|| gemm::Scratch::new(m, k));
         #[cfg(target_arch = "x86_64")]
-        let mut amx_a = amx_rows(scheme, m, k);
+        let amx = amx_rows(scheme, m, k);
+        #[cfg(not(target_arch = "x86_64"))]
+        let amx = false;
+        if !amx {
+            ACT_0.reserve(m * k / 32);
+        }
         Box::new(move |b: &Bufs<'_>| {
             let y = OutPtr(b.output::<f32>().as_mut_ptr());
             let w = b.input::<u8>(1);
             #[cfg(target_arch = "x86_64")]
-            if let Some(a) = &mut amx_a
-                && let Some(packed) = shared.get(b.input_version(1), w)
-            {
+            if amx && let Some(packed) = shared.get(b.input_version(1), w) {
                 // SAFETY: `amx_rows` checked the CPU and the scheme; the shapes are the node's.
-                unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) };
+                AMX_ACT.with(0, |a| unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) });
                 return Ok(());
             }
-            for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                dot::quantize_q80(x, a);
-            }
-            if let Some(packed) = shared.get(b.input_version(1), w) {
-                x8q80::gemm(isa, packed, &act, (m, k), n, y);
-                return Ok(());
-            }
-            #[cfg(target_arch = "x86_64")]
-            if let Some(scratch) = &scratch {
-                gemm::gemm_0(isa, scheme, &act, (m, k), w, rb, n, y, scratch);
-                return Ok(());
-            }
-            matmul_rows(&act, k / 32, w, rb, n, y, f);
+            ACT_0.with(m * k / 32, |act| {
+                let act = &mut act[..m * k / 32];
+                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+                    dot::quantize_q80(x, a);
+                }
+                if let Some(packed) = shared.get(b.input_version(1), w) {
+                    x8q80::gemm(isa, packed, act, (m, k), n, y);
+                    return;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if let Some(scratch) = &scratch {
+                    gemm::gemm_0(isa, scheme, act, (m, k), w, rb, n, y, scratch);
+                    return;
+                }
+                matmul_rows(act, k / 32, w, rb, n, y, f);
+            });
             Ok(())
         })
     }

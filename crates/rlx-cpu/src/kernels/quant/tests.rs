@@ -424,11 +424,8 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
                 e.run(&[&xb[..*m * k * 4]], &mut [out.as_mut_slice()]).unwrap();
                 let got = f32s(&out);
                 // The AMX prefill rounds activations to bf16, not Q8: close, not bit for bit.
-                let tol = if super::amx_rows(s, *m, k).is_some() {
-                    2e-2 * want.iter().fold(0f32, |a, v| a.max(v.abs()))
-                } else {
-                    0.0
-                };
+                let tol =
+                    if super::amx_rows(s, *m, k) { 2e-2 * want.iter().fold(0f32, |a, v| a.max(v.abs())) } else { 0.0 };
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     if tol == 0.0 {
                         assert_eq!(g.to_bits(), w.to_bits(), "{s} m={m} round {round} element {i}: {g} vs {w}");
@@ -474,4 +471,24 @@ fn repacked_q8_0_matches_the_row_path_exactly() {
         }
     }
     eprintln!("repacked Q8_0 cases checked: {checked}");
+}
+
+#[test]
+fn scratch_pool_reuses_one_buffer_and_grows_it_once() {
+    let pool: super::Pool<u32> = super::Pool::new();
+    pool.reserve(100);
+    pool.reserve(40);
+    let first = pool.with(50, |v| {
+        assert!(v.len() >= 100, "reserve keeps the largest size");
+        v.as_ptr() as usize
+    });
+    // Sequential calls (one graph running node after node) get the same buffer back.
+    assert_eq!(pool.with(80, |v| v.as_ptr() as usize), first);
+    // A call while the buffer is out (another thread's graph) gets a buffer of its own.
+    pool.with(10, |outer| {
+        let inner = pool.with(10, |v| v.as_ptr() as usize);
+        assert_ne!(inner, outer.as_ptr() as usize);
+    });
+    // Growing past the reserve resizes the buffer a call takes.
+    assert!(pool.with(500, |v| v.len()) >= 500);
 }
