@@ -250,6 +250,13 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
                         }
                     }
                 }
+                // A contiguous mask row (the LLM graphs' causal-and-cache mask): one pass the
+                // compiler vectorizes, where the strided loop below ran a scalar add per key.
+                Mask::Add(m) if g.ms[3] == 1 => {
+                    for (x, mv) in p[a..b].iter_mut().zip(&m[mrow + a..mrow + b]) {
+                        *x += mv.load().to_f64() as f32;
+                    }
+                }
                 Mask::Add(m) => {
                     for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {
                         *x += m[mrow + jj * g.ms[3]].load().to_f64() as f32;
