@@ -99,6 +99,9 @@ impl Item {
 struct Spans {
     /// `[lo, hi)` per mask row; `lo >= hi` when the row hides every key.
     rows: Vec<(u32, u32)>,
+    /// Per mask row: the mask does nothing inside the span (bool: every key visible; additive:
+    /// every value 0), so the row is just its span and the kernels need not read it.
+    plain: Vec<bool>,
     /// Distinct heads in the mask (1 when it broadcasts over heads, else `h`).
     heads: usize,
 }
@@ -107,13 +110,14 @@ impl Spans {
     fn new(g: &Geo) -> Spans {
         let heads = if g.ms[1] == 0 { 1 } else { g.h };
         let n = if g.mask == MaskKind::Custom { g.b * heads * g.s } else { 0 };
-        Spans { rows: vec![(0, g.t as u32); n], heads }
+        Spans { rows: vec![(0, g.t as u32); n], plain: vec![false; n], heads }
     }
 
-    /// Scans the mask rows (`hidden(m)` says whether an element hides its key).
-    fn scan<M: Copy>(&mut self, g: &Geo, mask: &[M], hidden: impl Fn(M) -> bool) {
+    /// Scans the mask rows (`hidden(m)` says whether an element hides its key, `inert(m)` whether
+    /// it leaves its key as it is).
+    fn scan<M: Copy>(&mut self, g: &Geo, mask: &[M], hidden: impl Fn(M) -> bool, inert: impl Fn(M) -> bool) {
         let heads = self.heads;
-        for (r, span) in self.rows.iter_mut().enumerate() {
+        for (r, (span, plain)) in self.rows.iter_mut().zip(&mut self.plain).enumerate() {
             let (bi, hi, i) = (r / (heads * g.s), r / g.s % heads, r % g.s);
             let base = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2];
             let at = |j: usize| mask[base + j * g.ms[3]];
@@ -124,7 +128,16 @@ impl Spans {
                 }
                 None => (0, 0),
             };
+            *plain = (span.0 as usize..span.1 as usize).all(|j| inert(at(j)));
         }
+    }
+
+    /// The span of mask row (batch `bi`, head `hi`, query `i`) when the row is plain (the
+    /// kernel then visits the span and skips the mask), else None.
+    fn plain_row(&self, g: &Geo, bi: usize, hi: usize, i: usize) -> Option<(usize, usize)> {
+        let r = (bi * self.heads + if self.heads == 1 { 0 } else { hi }) * g.s + i;
+        let (lo, hi_k) = *self.rows.get(r)?;
+        self.plain[r].then_some((lo as usize, (hi_k as usize).max(lo as usize)))
     }
 
     /// The union of the spans of the item's rows, or all keys without a mask.
@@ -326,8 +339,8 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
             _ => Mask::None,
         };
         match mask {
-            Mask::Bool(m) => spans.scan(&g, m, |x| x == 0),
-            Mask::Add(m) => spans.scan(&g, m, |x: T| x.load() == T::C::NEG_INF),
+            Mask::Bool(m) => spans.scan(&g, m, |x| x == 0, |x| x != 0),
+            Mask::Add(m) => spans.scan(&g, m, |x: T| x.load() == T::C::NEG_INF, |x: T| x.load() == T::C::ZERO),
             Mask::None => {}
         }
         let spans = &spans;
