@@ -205,7 +205,7 @@ impl<T: FloatElem> Prog<T> {
 
     /// `eval` that reads inputs in output order (`Src::Same`) in place: `chunk(buf)` gives their
     /// `len` elements of this chunk, which the instructions then read instead of a copy in a
-    /// register (a copy per input and chunk was ~10% of a training step's fused time).
+    /// register (the SwiGLU fusion of a 2048-token prefill: -27%).
     pub(super) fn eval_reading<'r, 'c>(
         &self,
         regs: &'r mut [T],
