@@ -237,6 +237,30 @@ static PAIR_SUMS: Pool<[i32; 4]> = Pool::new();
 #[cfg(target_arch = "x86_64")]
 static AMX_ACT: Pool<u16> = Pool::new();
 
+/// The activation rows of `x` (`k` values each) quantized to Q8_K in a pooled buffer, for `f`.
+fn with_q8k<R>(x: &[f32], k: usize, f: impl FnOnce(&[Q8K]) -> R) -> R {
+    let len = x.len() / k * (k / 256);
+    ACT_K.with(len, |act| {
+        let act = &mut act[..len];
+        for (x, a) in x.chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
+            dot::quantize_q8k(x, a);
+        }
+        f(act)
+    })
+}
+
+/// The activation rows of `x` (`k` values each) quantized to Q8_0 in a pooled buffer, for `f`.
+fn with_q80<R>(x: &[f32], k: usize, f: impl FnOnce(&[Q80]) -> R) -> R {
+    let len = x.len() / k * (k / 32);
+    ACT_0.with(len, |act| {
+        let act = &mut act[..len];
+        for (x, a) in x.chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
+            dot::quantize_q80(x, a);
+        }
+        f(act)
+    })
+}
+
 /// Output rows per task (decode) and activation rows per tile (prefill).
 const ROWS_PER_TASK: usize = 32;
 const TILE_M: usize = 16;
@@ -309,28 +333,16 @@ impl BuiltQMatMul {
                 // Scratch for the quantized activations, reserved once here.
                 ACT_K.reserve(m * k / 256);
                 Ok(Box::new(move |b: &Bufs<'_>| {
-                    ACT_K.with(m * k / 256, |act| {
-                        let act = &mut act[..m * k / 256];
-                        for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                            dot::quantize_q8k(x, a);
-                        }
-                        let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                        matmul_rows(act, k / 256, b.input::<u8>(1), rb, n, y, f);
-                    });
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    with_q8k(b.input::<f32>(0), k, |act| matmul_rows(act, k / 256, b.input::<u8>(1), rb, n, y, f));
                     Ok(())
                 }))
             }
             Some(RowDot::Z(f)) => {
                 ACT_0.reserve(m * k / 32);
                 Ok(Box::new(move |b: &Bufs<'_>| {
-                    ACT_0.with(m * k / 32, |act| {
-                        let act = &mut act[..m * k / 32];
-                        for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                            dot::quantize_q80(x, a);
-                        }
-                        let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                        matmul_rows(act, k / 32, b.input::<u8>(1), rb, n, y, f);
-                    });
+                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                    with_q80(b.input::<f32>(0), k, |act| matmul_rows(act, k / 32, b.input::<u8>(1), rb, n, y, f));
                     Ok(())
                 }))
             }
@@ -361,7 +373,7 @@ fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> bool {
     let on = std::env::var("RLX_QUANT_AMX").map_or(true, |v| v != "0");
     let take = on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available();
     if take {
-        AMX_ACT.reserve(m.div_ceil(32) * 32 * k + 32);
+        AMX_ACT.reserve(amx::act_buffer_len(m, k));
     }
     take
 }
@@ -428,19 +440,13 @@ impl BuiltQMatMul {
                 AMX_ACT.with(0, |a| unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) });
                 return Ok(());
             }
-            ACT_K.with(m * k / 256, |act| {
-                let act = &mut act[..m * k / 256];
-                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                    dot::quantize_q8k(x, a);
-                }
-                match shared.get(b.input_version(1), w) {
-                    Some(packed) => PAIR_SUMS.with(sums, |ps| {
-                        let ps = &mut ps[..sums];
-                        repack::pair_sums_for(scheme, act, ps);
-                        x8gemm::gemm(isa, scheme, packed, act, ps, (m, k), n, y);
-                    }),
-                    None => gemm::gemm_k(isa, scheme, act, (m, k), w, rb, n, y, &mut scratch),
-                }
+            with_q8k(b.input::<f32>(0), k, |act| match shared.get(b.input_version(1), w) {
+                Some(packed) => PAIR_SUMS.with(sums, |ps| {
+                    let ps = &mut ps[..sums];
+                    repack::pair_sums_for(scheme, act, ps);
+                    x8gemm::gemm(isa, scheme, packed, act, ps, (m, k), n, y);
+                }),
+                None => gemm::gemm_k(isa, scheme, act, (m, k), w, rb, n, y, &mut scratch),
             });
             Ok(())
         })
@@ -454,13 +460,9 @@ impl BuiltQMatMul {
             ACT_K.reserve(m * k / 256);
             let mut scratch = gemm::Scratch::new(m, k);
             Box::new(move |b: &Bufs<'_>| {
-                ACT_K.with(m * k / 256, |act| {
-                    let act = &mut act[..m * k / 256];
-                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 256)) {
-                        dot::quantize_q8k(x, a);
-                    }
-                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                    gemm::gemm_k(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &mut scratch);
+                let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                with_q8k(b.input::<f32>(0), k, |act| {
+                    gemm::gemm_k(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &mut scratch)
                 });
                 Ok(())
             })
@@ -468,13 +470,9 @@ impl BuiltQMatMul {
             ACT_0.reserve(m * k / 32);
             let scratch = gemm::Scratch::new(m, k);
             Box::new(move |b: &Bufs<'_>| {
-                ACT_0.with(m * k / 32, |act| {
-                    let act = &mut act[..m * k / 32];
-                    for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                        dot::quantize_q80(x, a);
-                    }
-                    let y = OutPtr(b.output::<f32>().as_mut_ptr());
-                    gemm::gemm_0(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &scratch);
+                let y = OutPtr(b.output::<f32>().as_mut_ptr());
+                with_q80(b.input::<f32>(0), k, |act| {
+                    gemm::gemm_0(isa, scheme, act, (m, k), b.input::<u8>(1), rb, n, y, &scratch)
                 });
                 Ok(())
             })
@@ -507,11 +505,7 @@ impl BuiltQMatMul {
                 AMX_ACT.with(0, |a| unsafe { amx::gemm(scheme, packed, b.input::<f32>(0), m, k, n, y, a) });
                 return Ok(());
             }
-            ACT_0.with(m * k / 32, |act| {
-                let act = &mut act[..m * k / 32];
-                for (x, a) in b.input::<f32>(0).chunks_exact(k).zip(act.chunks_exact_mut(k / 32)) {
-                    dot::quantize_q80(x, a);
-                }
+            with_q80(b.input::<f32>(0), k, |act| {
                 if let Some(packed) = shared.get(b.input_version(1), w) {
                     x8q80::gemm(isa, packed, act, (m, k), n, y);
                     return;

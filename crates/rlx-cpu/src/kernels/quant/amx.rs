@@ -47,6 +47,12 @@ thread_local! {
     static PANELS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Elements of the bf16 activation buffer `gemm` takes for `m` rows of `k` (whole 32-row blocks,
+/// plus the slack `aligned_buf` needs to start on a cache line): reserved ahead, no run grows it.
+pub fn act_buffer_len(m: usize, k: usize) -> usize {
+    m.div_ceil(2 * T) * 2 * T * k + 64 / std::mem::size_of::<u16>()
+}
+
 /// `y[m, n] = x[m, k] @ W^T` for `n` weight rows of scheme `s` repacked in `packed`; `a` holds the
 /// activations in bf16 between calls (grown once).
 ///
