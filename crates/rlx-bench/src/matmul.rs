@@ -17,11 +17,15 @@ fn reps(n: usize) -> usize {
     }
 }
 
-/// The two n x n operands (the same values for every dtype), made with `cast`.
-fn inputs<T>(n: usize, cast: impl Fn(f32) -> T) -> (Vec<T>, Vec<T>) {
-    let a = (0..n * n).map(|i| cast(((i * 7 % 13) as f32 - 6.0) / 7.0)).collect();
-    let b = (0..n * n).map(|i| cast(((i * 5 % 11) as f32 - 5.0) / 5.0)).collect();
-    (a, b)
+/// The two n x n operands (the same values for every dtype), made with `cast`, on huge pages as
+/// RLX's own buffers are (numpy's arrays from 4 MiB are too).
+fn inputs<T: Clone>(n: usize, cast: impl Fn(f32) -> T) -> (Vec<T>, Vec<T>) {
+    let fill = |f: &dyn Fn(usize) -> f32| {
+        let mut v = rlx_driver::huge_pages::vec(n * n, cast(0.0));
+        v.iter_mut().enumerate().for_each(|(i, x)| *x = cast(f(i)));
+        v
+    };
+    (fill(&|i| ((i * 7 % 13) as f32 - 6.0) / 7.0), fill(&|i| ((i * 5 % 11) as f32 - 5.0) / 5.0))
 }
 
 /// A row-major n x n view of `x`.
@@ -37,7 +41,7 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
     let threads = rlx_cpu::threads::num_threads();
     for &n in sizes {
         let (a, b) = inputs(n, |x| x);
-        let mut c = vec![0f32; n * n];
+        let mut c = rlx_driver::huge_pages::vec(n * n, 0f32);
         let cm = CandleMatmul::new(n)?;
         let (mut rlx, mut cand, mut np, mut jx, mut pp) = (Timer::default(), Timer::default(), vec![], vec![], vec![]);
         // The FMA peak of the same threads, once per round (it moves with the clocks).

@@ -244,7 +244,7 @@ impl CpuExecutable {
             group: RunGroup::new(),
         };
         let top = slots.iter().filter(|s| !in_hole(s.0)).map(|&(o, b)| exe.compact(o) + align64(b)).max().unwrap_or(0);
-        exe.arena = vec![Line([0; 64]); top.div_ceil(64)];
+        exe.arena = rlx_driver::huge_pages::vec(top.div_ceil(64), Line([0; 64]));
         let mut inputs = vec![];
         for (i, n) in g.nodes().iter().enumerate() {
             match &n.op {

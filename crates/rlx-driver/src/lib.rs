@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod device;
+pub mod huge_pages;
 mod legalize;
 mod movement;
 mod params;

@@ -68,6 +68,7 @@ impl ParamBuffer {
         if base.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
+        crate::huge_pages::advise(base, layout.size());
         // SAFETY: at most 63 bytes past `base`, inside the 64 spare bytes.
         let ptr = unsafe { base.add(base.align_offset(64)) };
         let owner = Owner::Zeroed(base, layout);

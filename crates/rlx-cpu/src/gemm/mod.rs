@@ -10,6 +10,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_full;
 mod blocked;
 mod gemv;
 pub mod half;

@@ -1,0 +1,73 @@
+//! Buffers on 2 MiB pages: large host buffers (a backend's arena, params, packed operands) are
+//! marked for transparent huge pages before their pages are first touched, as numpy does for its
+//! arrays. A product that streams a few MiB through 4 KiB pages spends time in page walks: f32
+//! matmul 1024^3 on a Xeon ran 2.4% faster with A, B and C on huge pages (paired, one and two
+//! threads). Linux only; elsewhere, or where the kernel declines, the pages stay as they are.
+
+/// Bytes from which `advise` asks for huge pages: one huge page.
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Asks the kernel to back `len` bytes from `ptr` with huge pages on their first touch
+/// (`madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside; a hint: errors are ignored).
+/// Pages touched already keep their size. Spans under `HUGE_PAGE_BYTES` are left alone.
+pub fn advise(ptr: *const u8, len: usize) {
+    if len < HUGE_PAGE_BYTES {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        let (start, end) = ((ptr as usize).next_multiple_of(PAGE), (ptr as usize + len) / PAGE * PAGE);
+        if end > start {
+            // SAFETY: the range lies inside memory the caller owns; MADV_HUGEPAGE changes no data.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = ptr;
+}
+
+/// `len` copies of `value` in a `Vec` whose pages are advised (`advise`) before they are written.
+///
+/// ```
+/// let v = rlx_driver::huge_pages::vec(1 << 20, 0f32);
+/// assert_eq!(v.len(), 1 << 20);
+/// ```
+pub fn vec<T: Clone>(len: usize, value: T) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    advise(v.as_ptr() as *const u8, len * std::mem::size_of::<T>());
+    v.resize(len, value);
+    v
+}
+
+/// Grows `buf` to `len` elements (`value` past its old end), advising the new allocation's
+/// pages first when it has to grow.
+pub fn grow<T: Clone>(buf: &mut Vec<T>, len: usize, value: T) {
+    if len > buf.capacity() {
+        let mut fresh = Vec::with_capacity(len);
+        advise(fresh.as_ptr() as *const u8, len * std::mem::size_of::<T>());
+        fresh.extend_from_slice(buf);
+        *buf = fresh;
+    }
+    if len > buf.len() {
+        buf.resize(len, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vec_and_grow_keep_their_contents() {
+        let mut v = vec(3 << 20, 7u8);
+        assert!(v.iter().all(|&x| x == 7));
+        v[0] = 1;
+        grow(&mut v, 5 << 20, 9u8);
+        assert_eq!((v[0], v[1], v[(3 << 20) - 1], v[3 << 20], v.len()), (1, 7, 7, 9, 5 << 20));
+        // Small buffers and shrinking requests are plain Vec operations.
+        let mut s = vec(4, 1u32);
+        grow(&mut s, 2, 0);
+        assert_eq!(s, [1, 1, 1, 1]);
+    }
+}
