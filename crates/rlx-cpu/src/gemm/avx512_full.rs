@@ -3,166 +3,53 @@
 //! straight from the registers. Split across Rust code, the 24 accumulators went through the stack
 //! on entry and exit (48 zmm stores and loads a tile, about 5% of a 256-deep tile in L1).
 
-/// One k step of the packed tile: B's two vectors at `b`, A's 12 values at `a + d_i`.
+/// One k step of the packed tile: B's two vectors at `b + bo0`, `b + bo1`, A's 12 values at
+/// `a + d_i` (no pointer moves).
+#[rustfmt::skip]
 macro_rules! packed_step {
-    ($bc:literal, $fma:literal, $ptr:literal, $pfi:literal, [$d0:literal, $d1:literal, $d2:literal, $d3:literal,
-     $d4:literal, $d5:literal, $d6:literal, $d7:literal, $d8:literal, $d9:literal, $d10:literal, $d11:literal],
-     $astep:literal) => {
+    ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, [$d0:literal, $d1:literal, $d2:literal,
+     $d3:literal, $d4:literal, $d5:literal, $d6:literal, $d7:literal, $d8:literal, $d9:literal, $d10:literal,
+     $d11:literal]) => {
         concat!(
-            $pfi,
-            "\n",
-            "vmovups zmm0, [{b}]\n",
-            "vmovups zmm1, [{b} + 64]\n",
-            $bc,
-            " zmm2, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d0,
-            "]\n",
-            $fma,
-            " zmm8, zmm2, zmm0\n",
-            $fma,
-            " zmm9, zmm2, zmm1\n",
-            $bc,
-            " zmm3, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d1,
-            "]\n",
-            $fma,
-            " zmm10, zmm3, zmm0\n",
-            $fma,
-            " zmm11, zmm3, zmm1\n",
-            $bc,
-            " zmm4, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d2,
-            "]\n",
-            $fma,
-            " zmm12, zmm4, zmm0\n",
-            $fma,
-            " zmm13, zmm4, zmm1\n",
-            $bc,
-            " zmm5, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d3,
-            "]\n",
-            $fma,
-            " zmm14, zmm5, zmm0\n",
-            $fma,
-            " zmm15, zmm5, zmm1\n",
-            $bc,
-            " zmm6, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d4,
-            "]\n",
-            $fma,
-            " zmm16, zmm6, zmm0\n",
-            $fma,
-            " zmm17, zmm6, zmm1\n",
-            $bc,
-            " zmm7, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d5,
-            "]\n",
-            $fma,
-            " zmm18, zmm7, zmm0\n",
-            $fma,
-            " zmm19, zmm7, zmm1\n",
-            $bc,
-            " zmm2, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d6,
-            "]\n",
-            $fma,
-            " zmm20, zmm2, zmm0\n",
-            $fma,
-            " zmm21, zmm2, zmm1\n",
-            $bc,
-            " zmm3, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d7,
-            "]\n",
-            $fma,
-            " zmm22, zmm3, zmm0\n",
-            $fma,
-            " zmm23, zmm3, zmm1\n",
-            $bc,
-            " zmm4, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d8,
-            "]\n",
-            $fma,
-            " zmm24, zmm4, zmm0\n",
-            $fma,
-            " zmm25, zmm4, zmm1\n",
-            $bc,
-            " zmm5, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d9,
-            "]\n",
-            $fma,
-            " zmm26, zmm5, zmm0\n",
-            $fma,
-            " zmm27, zmm5, zmm1\n",
-            $bc,
-            " zmm6, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d10,
-            "]\n",
-            $fma,
-            " zmm28, zmm6, zmm0\n",
-            $fma,
-            " zmm29, zmm6, zmm1\n",
-            $bc,
-            " zmm7, ",
-            $ptr,
-            " ptr [{a} + ",
-            $d11,
-            "]\n",
-            $fma,
-            " zmm30, zmm7, zmm0\n",
-            $fma,
-            " zmm31, zmm7, zmm1\n",
-            "add {a}, ",
-            $astep,
-            "\n",
-            "add {b}, 128\n",
+            "vmovups zmm0, [{b} + ", $bo0, "]\n",
+            "vmovups zmm1, [{b} + ", $bo1, "]\n",
+            $bc, " zmm2, ", $ptr, " ptr [{a} + ", $d0, "]\n",
+            $fma, " zmm8, zmm2, zmm0\n", $fma, " zmm9, zmm2, zmm1\n",
+            $bc, " zmm3, ", $ptr, " ptr [{a} + ", $d1, "]\n",
+            $fma, " zmm10, zmm3, zmm0\n", $fma, " zmm11, zmm3, zmm1\n",
+            $bc, " zmm4, ", $ptr, " ptr [{a} + ", $d2, "]\n",
+            $fma, " zmm12, zmm4, zmm0\n", $fma, " zmm13, zmm4, zmm1\n",
+            $bc, " zmm5, ", $ptr, " ptr [{a} + ", $d3, "]\n",
+            $fma, " zmm14, zmm5, zmm0\n", $fma, " zmm15, zmm5, zmm1\n",
+            $bc, " zmm6, ", $ptr, " ptr [{a} + ", $d4, "]\n",
+            $fma, " zmm16, zmm6, zmm0\n", $fma, " zmm17, zmm6, zmm1\n",
+            $bc, " zmm7, ", $ptr, " ptr [{a} + ", $d5, "]\n",
+            $fma, " zmm18, zmm7, zmm0\n", $fma, " zmm19, zmm7, zmm1\n",
+            $bc, " zmm2, ", $ptr, " ptr [{a} + ", $d6, "]\n",
+            $fma, " zmm20, zmm2, zmm0\n", $fma, " zmm21, zmm2, zmm1\n",
+            $bc, " zmm3, ", $ptr, " ptr [{a} + ", $d7, "]\n",
+            $fma, " zmm22, zmm3, zmm0\n", $fma, " zmm23, zmm3, zmm1\n",
+            $bc, " zmm4, ", $ptr, " ptr [{a} + ", $d8, "]\n",
+            $fma, " zmm24, zmm4, zmm0\n", $fma, " zmm25, zmm4, zmm1\n",
+            $bc, " zmm5, ", $ptr, " ptr [{a} + ", $d9, "]\n",
+            $fma, " zmm26, zmm5, zmm0\n", $fma, " zmm27, zmm5, zmm1\n",
+            $bc, " zmm6, ", $ptr, " ptr [{a} + ", $d10, "]\n",
+            $fma, " zmm28, zmm6, zmm0\n", $fma, " zmm29, zmm6, zmm1\n",
+            $bc, " zmm7, ", $ptr, " ptr [{a} + ", $d11, "]\n",
+            $fma, " zmm30, zmm7, zmm0\n", $fma, " zmm31, zmm7, zmm1\n",
         )
     };
 }
 
-/// One row of C: `$op` is the read-modify (add) or nothing, then the two stores; `c += rs`.
+/// One row of C: `add` reads it and adds, `store` overwrites; then the two stores; `c += rs`.
+#[rustfmt::skip]
 macro_rules! c_row {
     (add $add:literal, $r0:literal, $r1:literal) => {
         concat!(
-            $add,
-            " ",
-            $r0,
-            ", ",
-            $r0,
-            ", [{c}]\n",
-            $add,
-            " ",
-            $r1,
-            ", ",
-            $r1,
-            ", [{c} + 64]\n",
-            "vmovups [{c}], ",
-            $r0,
-            "\n",
-            "vmovups [{c} + 64], ",
-            $r1,
-            "\n",
+            $add, " ", $r0, ", ", $r0, ", [{c}]\n",
+            $add, " ", $r1, ", ", $r1, ", [{c} + 64]\n",
+            "vmovups [{c}], ", $r0, "\n",
+            "vmovups [{c} + 64], ", $r1, "\n",
             "add {c}, {rs}\n",
         )
     };
@@ -171,13 +58,34 @@ macro_rules! c_row {
     };
 }
 
+/// The loop bodies: `one` k step, or `two` (B and A read at displacements, pointers moved once);
+/// `$pf1` / `$pf2`: the stream's prefetches for one or two steps (or a comment naming operands).
+#[rustfmt::skip]
+macro_rules! steps {
+    (one $pf1:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal, $astep2:literal) => {
+        concat!(
+            $pf1, "\n",
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
+            "add {a}, ", $astep, "\n", "add {b}, 128\n",
+        )
+    };
+    (two $pf2:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal, $astep2:literal) => {
+        concat!(
+            $pf2, "\n",
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "128", "192", $d2),
+            "add {a}, ", $astep2, "\n", "add {b}, 256\n",
+        )
+    };
+}
+
 /// The whole tile (see the module docs): `head` k steps, C's 12 rows (128 bytes each, `rs` bytes
 /// apart) prefetched into L1, `tail` more steps, then C = (or +=, `acc != 0`) the product.
 /// `$pfi`: the per-step prefetch of a stream (`prefetcht1 [{pf}]` and `add {pf}, {pfs}`), or a
 /// comment naming both operands.
 macro_rules! zmm_12x2_packed_tile {
-    ($pfi:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $astep:literal;
-     $head:expr, $tail:expr, $a:expr, $b:expr, $c:expr, $rs:expr, $acc:expr, $pf:expr, $pfs:expr) => {
+    ($pf1:literal, $pf2:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
+     $astep2:literal; $pairs:expr, $tail:expr, $a:expr, $b:expr, $c:expr, $rs:expr, $acc:expr, $pf:expr, $pfs:expr) => {
         std::arch::asm!(
             "vpxord zmm8, zmm8, zmm8", "vpxord zmm9, zmm9, zmm9", "vpxord zmm10, zmm10, zmm10",
             "vpxord zmm11, zmm11, zmm11", "vpxord zmm12, zmm12, zmm12", "vpxord zmm13, zmm13, zmm13",
@@ -187,11 +95,11 @@ macro_rules! zmm_12x2_packed_tile {
             "vpxord zmm23, zmm23, zmm23", "vpxord zmm24, zmm24, zmm24", "vpxord zmm25, zmm25, zmm25",
             "vpxord zmm26, zmm26, zmm26", "vpxord zmm27, zmm27, zmm27", "vpxord zmm28, zmm28, zmm28",
             "vpxord zmm29, zmm29, zmm29", "vpxord zmm30, zmm30, zmm30", "vpxord zmm31, zmm31, zmm31",
-            "test {head}, {head}",
+            "test {pairs}, {pairs}",
             "jz 3f",
             "2:",
-            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, $pfi, $d, $astep),
-            "dec {head}",
+            $crate::gemm::avx512_full::steps!(two $pf2, $bc, $fma, $ptr, $d, $d2, $astep, $astep2),
+            "dec {pairs}",
             "jnz 2b",
             "3:",
             // C's rows towards L1 while the last steps run (rows need not be 64-byte aligned).
@@ -211,7 +119,7 @@ macro_rules! zmm_12x2_packed_tile {
             "test {tail}, {tail}",
             "jz 5f",
             "4:",
-            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, $pfi, $d, $astep),
+            $crate::gemm::avx512_full::steps!(one $pf1, $bc, $fma, $ptr, $d, $d2, $astep, $astep2),
             "dec {tail}",
             "jnz 4b",
             "5:",
@@ -249,7 +157,7 @@ macro_rules! zmm_12x2_packed_tile {
             c = inout(reg) $c => _,
             rs = in(reg) $rs,
             t = out(reg) _,
-            head = inout(reg) $head => _,
+            pairs = inout(reg) $pairs => _,
             tail = inout(reg) $tail => _,
             acc = in(reg) $acc,
             pf = inout(reg) $pf => _,
@@ -267,70 +175,62 @@ macro_rules! zmm_12x2_packed_tile {
     };
 }
 
-pub(crate) use {c_row, packed_step};
+pub(crate) use {c_row, packed_step, steps};
 
-/// The full f32 tile (12 x 32) over a packed A panel (`a` rows 1 apart, 12 per k step), B's
-/// packed panel `b`, C at `c` with rows `rs` elements apart; `pfs > 0`: a prefetch stream from
-/// `pf` (see `f32_tile_stream`).
-///
-/// # Safety
-/// AVX-512F; A holds 12 * (head + tail) values, B 32 * (head + tail), C 12 rows of 32.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn f32_packed_full(
-    head: usize,
-    tail: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    rs: isize,
-    acc: bool,
-    pf: usize,
-    pfs: usize,
-) {
-    let (rs, acc) = (rs * 4, acc as usize);
-    // SAFETY: the caller's contract; the asm touches only the named memory.
-    unsafe {
-        if pfs == 0 {
-            zmm_12x2_packed_tile!("/* {pf} {pfs} */", "vbroadcastss", "vfmadd231ps", "vaddps", "dword",
-                ["0", "4", "8", "12", "16", "20", "24", "28", "32", "36", "40", "44"], "48";
-                head, tail, a, b, c, rs, acc, pf, pfs);
-        } else {
-            zmm_12x2_packed_tile!("prefetcht1 [{pf}]\n add {pf}, {pfs}", "vbroadcastss", "vfmadd231ps", "vaddps",
-                "dword", ["0", "4", "8", "12", "16", "20", "24", "28", "32", "36", "40", "44"], "48";
-                head, tail, a, b, c, rs, acc, pf, pfs);
+/// Defines `$name`, the full tile for one element type (see `f32_packed_full`).
+macro_rules! packed_full {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $d2:tt,
+     $astep:literal, $astep2:literal) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn $name(
+            head: usize,
+            tail: usize,
+            a: *const $t,
+            b: *const $t,
+            c: *mut $t,
+            rs: isize,
+            acc: bool,
+            pf: usize,
+            pfs: usize,
+        ) {
+            let (rs, acc) = (rs * std::mem::size_of::<$t>() as isize, acc as usize);
+            // The head in pairs of steps; an odd one goes to the tail.
+            let (pairs, tail) = (head / 2, tail + head % 2);
+            // SAFETY: the caller's contract; the asm touches only the named memory.
+            unsafe {
+                if pfs == 0 {
+                    zmm_12x2_packed_tile!("/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $d, $d2, $astep, $astep2;
+                        pairs, tail, a, b, c, rs, acc, pf, pfs);
+                } else {
+                    zmm_12x2_packed_tile!("prefetcht1 [{pf}]\n add {pf}, {pfs}",
+                        "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
+                        $bc, $fma, $add, $ptr, $d, $d2, $astep, $astep2; pairs, tail, a, b, c, rs, acc, pf, pfs);
+                }
+            }
         }
-    }
+    };
 }
 
-/// `f32_packed_full` for f64 (12 x 16).
-///
-/// # Safety
-/// As `f32_packed_full`, with f64 elements.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn f64_packed_full(
-    head: usize,
-    tail: usize,
-    a: *const f64,
-    b: *const f64,
-    c: *mut f64,
-    rs: isize,
-    acc: bool,
-    pf: usize,
-    pfs: usize,
-) {
-    let (rs, acc) = (rs * 8, acc as usize);
-    // SAFETY: the caller's contract; the asm touches only the named memory.
-    unsafe {
-        if pfs == 0 {
-            zmm_12x2_packed_tile!("/* {pf} {pfs} */", "vbroadcastsd", "vfmadd231pd", "vaddpd", "qword",
-                ["0", "8", "16", "24", "32", "40", "48", "56", "64", "72", "80", "88"], "96";
-                head, tail, a, b, c, rs, acc, pf, pfs);
-        } else {
-            zmm_12x2_packed_tile!("prefetcht1 [{pf}]\n add {pf}, {pfs}", "vbroadcastsd", "vfmadd231pd", "vaddpd",
-                "qword", ["0", "8", "16", "24", "32", "40", "48", "56", "64", "72", "80", "88"], "96";
-                head, tail, a, b, c, rs, acc, pf, pfs);
-        }
-    }
-}
+packed_full!(
+    /// The full f32 tile (12 x 32) over a packed A panel (`a`: 12 values a k step), B's packed
+    /// panel `b`, C at `c` with rows `rs` elements apart: `head` steps, C's rows prefetched, `tail`
+    /// steps; `pfs > 0`: a prefetch stream from `pf` (see `f32_tile_stream`).
+    ///
+    /// # Safety
+    /// AVX-512F; A holds 12 * (head + tail) values, B 32 * (head + tail), C 12 rows of 32.
+    f32_packed_full, f32, "vbroadcastss", "vfmadd231ps", "vaddps", "dword",
+    ["0", "4", "8", "12", "16", "20", "24", "28", "32", "36", "40", "44"],
+    ["48", "52", "56", "60", "64", "68", "72", "76", "80", "84", "88", "92"], "48", "96"
+);
+
+packed_full!(
+    /// `f32_packed_full` for f64 (12 x 16).
+    ///
+    /// # Safety
+    /// As `f32_packed_full`, with f64 elements.
+    f64_packed_full, f64, "vbroadcastsd", "vfmadd231pd", "vaddpd", "qword",
+    ["0", "8", "16", "24", "32", "40", "48", "56", "64", "72", "80", "88"],
+    ["96", "104", "112", "120", "128", "136", "144", "152", "160", "168", "176", "184"], "96", "192"
+);
