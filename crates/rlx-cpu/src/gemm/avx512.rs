@@ -146,7 +146,7 @@ pub(crate) use zmm_12x2_steps;
 
 /// Defines `$name::<MR, NV>`: the tile routine for one element type and its zmm intrinsics.
 macro_rules! zmm_tile {
-    ($name:ident, $stream_name:ident, $full:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
+    ($name:ident, $stream_name:ident, $full:ident, $inplace:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
      $add:ident, $store:ident, $mload:ident, $mstore:ident, $bc:literal, $fma_asm:literal, $ptr:literal) => {
         /// Computes an MR x LANES*NV tile of `A * B` over `kc` and writes (or adds) its first
         /// m x n entries into C. A packed panel (`a.rs == 1, a.cs == MR`) is read at fixed
@@ -207,9 +207,15 @@ macro_rules! zmm_tile {
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
             let packed = a.rs == 1 && a.cs == MR as isize;
-            if packed && MR == 12 && NV == 2 && m == 12 && n == L * NV {
-                // A full tile over a packed panel: all in asm, accumulators in registers.
-                return super::avx512_full::$full(kc - tail, tail, a.ptr, b, c, rs, acc, pf, pfs);
+            if MR == 12 && NV == 2 && m == 12 && n == L * NV {
+                // A full tile over a packed panel or rows in place: all in asm, accumulators in
+                // registers.
+                if packed {
+                    return super::avx512_full::$full(kc - tail, tail, a.ptr, b, c, rs, acc, pf, pfs);
+                }
+                if a.cs == 1 {
+                    return super::avx512_full::$inplace(kc - tail, tail, a.ptr, a.rs, b, c, rs, acc, pf, pfs);
+                }
             }
             let in_asm = MR == 12 && NV == 2 && (packed || (m == 12 && a.cs == 1));
             if !in_asm {
@@ -318,6 +324,7 @@ zmm_tile!(
     f32_tile,
     f32_tile_stream,
     f32_packed_full,
+    f32_inplace_full,
     f32,
     __m512,
     16,
@@ -339,6 +346,7 @@ zmm_tile!(
     f64_tile,
     f64_tile_stream,
     f64_packed_full,
+    f64_inplace_full,
     f64,
     __m512d,
     8,

@@ -1,7 +1,8 @@
-//! The full 12-row x 2-zmm tile over a packed A panel in one asm block: accumulators zeroed in
-//! registers, the k loop, C's rows prefetched into L1 near the end, and C written (or added to)
-//! straight from the registers. Split across Rust code, the 24 accumulators went through the stack
-//! on entry and exit (48 zmm stores and loads a tile, about 5% of a 256-deep tile in L1).
+//! The full 12-row x 2-zmm tile in one asm block, over a packed A panel or A read in place:
+//! accumulators zeroed in registers, the k loop (the head in pairs of steps), C's rows
+//! prefetched into L1 near the end, and C written (or added to) straight from the registers.
+//! Split across Rust code, the 24 accumulators went through the stack on entry and exit (48 zmm
+//! stores and loads a tile, about 5% of a 256-deep tile in L1).
 
 /// One k step of the packed tile: B's two vectors at `b + bo0`, `b + bo1`, A's 12 values at
 /// `a + d_i` (no pointer moves).
@@ -41,10 +42,104 @@ macro_rules! packed_step {
     };
 }
 
-/// One row of C: `add` reads it and adds, `store` overwrites; then the two stores; `c += rs`.
+/// One k step with A in place: 12 rows from four row pointers three rows apart (`{lda}` bytes
+/// between rows), each value `ad` bytes on; B's two vectors at `b + bo0`, `b + bo1`.
 #[rustfmt::skip]
-macro_rules! c_row {
-    (add $add:literal, $r0:literal, $r1:literal) => {
+macro_rules! inplace_step {
+    ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, $ad:literal) => {
+        concat!(
+            "vmovups zmm0, [{b} + ", $bo0, "]\n",
+            "vmovups zmm1, [{b} + ", $bo1, "]\n",
+            $bc, " zmm2, ", $ptr, " ptr [{a0} + ", $ad, "]\n",
+            $fma, " zmm8, zmm2, zmm0\n", $fma, " zmm9, zmm2, zmm1\n",
+            $bc, " zmm3, ", $ptr, " ptr [{a0} + {lda} + ", $ad, "]\n",
+            $fma, " zmm10, zmm3, zmm0\n", $fma, " zmm11, zmm3, zmm1\n",
+            $bc, " zmm4, ", $ptr, " ptr [{a0} + {lda} * 2 + ", $ad, "]\n",
+            $fma, " zmm12, zmm4, zmm0\n", $fma, " zmm13, zmm4, zmm1\n",
+            $bc, " zmm5, ", $ptr, " ptr [{a3} + ", $ad, "]\n",
+            $fma, " zmm14, zmm5, zmm0\n", $fma, " zmm15, zmm5, zmm1\n",
+            $bc, " zmm6, ", $ptr, " ptr [{a3} + {lda} + ", $ad, "]\n",
+            $fma, " zmm16, zmm6, zmm0\n", $fma, " zmm17, zmm6, zmm1\n",
+            $bc, " zmm7, ", $ptr, " ptr [{a3} + {lda} * 2 + ", $ad, "]\n",
+            $fma, " zmm18, zmm7, zmm0\n", $fma, " zmm19, zmm7, zmm1\n",
+            $bc, " zmm2, ", $ptr, " ptr [{a6} + ", $ad, "]\n",
+            $fma, " zmm20, zmm2, zmm0\n", $fma, " zmm21, zmm2, zmm1\n",
+            $bc, " zmm3, ", $ptr, " ptr [{a6} + {lda} + ", $ad, "]\n",
+            $fma, " zmm22, zmm3, zmm0\n", $fma, " zmm23, zmm3, zmm1\n",
+            $bc, " zmm4, ", $ptr, " ptr [{a6} + {lda} * 2 + ", $ad, "]\n",
+            $fma, " zmm24, zmm4, zmm0\n", $fma, " zmm25, zmm4, zmm1\n",
+            $bc, " zmm5, ", $ptr, " ptr [{a9} + ", $ad, "]\n",
+            $fma, " zmm26, zmm5, zmm0\n", $fma, " zmm27, zmm5, zmm1\n",
+            $bc, " zmm6, ", $ptr, " ptr [{a9} + {lda} + ", $ad, "]\n",
+            $fma, " zmm28, zmm6, zmm0\n", $fma, " zmm29, zmm6, zmm1\n",
+            $bc, " zmm7, ", $ptr, " ptr [{a9} + {lda} * 2 + ", $ad, "]\n",
+            $fma, " zmm30, zmm7, zmm0\n", $fma, " zmm31, zmm7, zmm1\n",
+        )
+    };
+}
+
+/// The loop bodies: `one` k step or `two` (read at displacements, pointers moved once), over a
+/// `packed` panel (`$d`, `$d2`: A's displacements in the two steps; `$astep2`: a pair's bytes) or
+/// A `inplace` (`$esz`: the element size; `$esz2` twice it). `$pf`: the stream's prefetches.
+#[rustfmt::skip]
+macro_rules! steps {
+    (packed one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
+     $astep2:literal) => {
+        concat!(
+            $pf, "\n",
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
+            "add {a}, ", $astep, "\n", "add {b}, 128\n",
+        )
+    };
+    (packed two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
+     $astep2:literal) => {
+        concat!(
+            $pf, "\n",
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
+            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "128", "192", $d2),
+            "add {a}, ", $astep2, "\n", "add {b}, 256\n",
+        )
+    };
+    (inplace one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            $pf, "\n",
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            "add {a0}, ", $esz, "\n", "add {a3}, ", $esz, "\n", "add {a6}, ", $esz, "\n", "add {a9}, ", $esz, "\n",
+            "add {b}, 128\n",
+        )
+    };
+    (inplace two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            $pf, "\n",
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "128", "192", $esz),
+            "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
+            "add {b}, 256\n",
+        )
+    };
+}
+
+/// C's 12 rows from the accumulators: `add` reads each row and adds, `store` overwrites; `c`
+/// ends 12 rows on.
+#[rustfmt::skip]
+macro_rules! c_rows {
+    ($mode:ident $add:literal) => {
+        concat!(
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm8", "zmm9"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm10", "zmm11"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm12", "zmm13"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm14", "zmm15"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm16", "zmm17"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm18", "zmm19"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm20", "zmm21"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm22", "zmm23"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm24", "zmm25"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm26", "zmm27"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm28", "zmm29"),
+            $crate::gemm::avx512_full::c_rows!(@row $mode $add, "zmm30", "zmm31"),
+        )
+    };
+    (@row add $add:literal, $r0:literal, $r1:literal) => {
         concat!(
             $add, " ", $r0, ", ", $r0, ", [{c}]\n",
             $add, " ", $r1, ", ", $r1, ", [{c} + 64]\n",
@@ -53,39 +148,41 @@ macro_rules! c_row {
             "add {c}, {rs}\n",
         )
     };
-    (store, $r0:literal, $r1:literal) => {
+    (@row store $add:literal, $r0:literal, $r1:literal) => {
         concat!("vmovups [{c}], ", $r0, "\n", "vmovups [{c} + 64], ", $r1, "\n", "add {c}, {rs}\n")
     };
 }
 
-/// The loop bodies: `one` k step, or `two` (B and A read at displacements, pointers moved once);
-/// `$pf1` / `$pf2`: the stream's prefetches for one or two steps (or a comment naming operands).
+/// C's 12 rows (128 bytes each, `rs` apart, not necessarily 64-byte aligned) towards L1; `c`
+/// is moved along and back.
 #[rustfmt::skip]
-macro_rules! steps {
-    (one $pf1:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal, $astep2:literal) => {
+macro_rules! prefetch_c_rows {
+    () => {
         concat!(
-            $pf1, "\n",
-            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
-            "add {a}, ", $astep, "\n", "add {b}, 128\n",
-        )
-    };
-    (two $pf2:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal, $astep2:literal) => {
-        concat!(
-            $pf2, "\n",
-            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
-            $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "128", "192", $d2),
-            "add {a}, ", $astep2, "\n", "add {b}, 256\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n add {c}, {rs}\n",
+            "prefetcht0 [{c}]\n prefetcht0 [{c} + 64]\n prefetcht0 [{c} + 127]\n",
+            "sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n",
+            "sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n sub {c}, {rs}\n",
         )
     };
 }
 
-/// The whole tile (see the module docs): `head` k steps, C's 12 rows (128 bytes each, `rs` bytes
-/// apart) prefetched into L1, `tail` more steps, then C = (or +=, `acc != 0`) the product.
-/// `$pfi`: the per-step prefetch of a stream (`prefetcht1 [{pf}]` and `add {pf}, {pfs}`), or a
-/// comment naming both operands.
-macro_rules! zmm_12x2_packed_tile {
-    ($pf1:literal, $pf2:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
-     $astep2:literal; $pairs:expr, $tail:expr, $a:expr, $b:expr, $c:expr, $rs:expr, $acc:expr, $pf:expr, $pfs:expr) => {
+/// The whole tile: `pairs` pairs of k steps, C's rows prefetched into L1, `tail` single steps,
+/// then C's rows written (`$mode` add or store). `$kind`/`$sa`: the A addressing (`steps`);
+/// `$pf1`/`$pf2`: the stream's prefetches for one and two steps. `$aops`: A's operands.
+macro_rules! zmm_12x2_tile {
+    ($kind:ident, $mode:ident, $pf1:literal, $pf2:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal,
+     [$($sa:tt),*]; $pairs:expr, $tail:expr, $b:expr, $c:expr, $rs:expr, $pf:expr, $pfs:expr; $($aops:tt)*) => {
         std::arch::asm!(
             "vpxord zmm8, zmm8, zmm8", "vpxord zmm9, zmm9, zmm9", "vpxord zmm10, zmm10, zmm10",
             "vpxord zmm11, zmm11, zmm11", "vpxord zmm12, zmm12, zmm12", "vpxord zmm13, zmm13, zmm13",
@@ -98,68 +195,25 @@ macro_rules! zmm_12x2_packed_tile {
             "test {pairs}, {pairs}",
             "jz 3f",
             "2:",
-            $crate::gemm::avx512_full::steps!(two $pf2, $bc, $fma, $ptr, $d, $d2, $astep, $astep2),
+            $crate::gemm::avx512_full::steps!($kind two $pf2, $bc, $fma, $ptr, $($sa),*),
             "dec {pairs}",
             "jnz 2b",
             "3:",
-            // C's rows towards L1 while the last steps run (rows need not be 64-byte aligned).
-            "mov {t}, {c}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]", "add {t}, {rs}",
-            "prefetcht0 [{t}]", "prefetcht0 [{t} + 64]", "prefetcht0 [{t} + 127]",
+            $crate::gemm::avx512_full::prefetch_c_rows!(),
             "test {tail}, {tail}",
             "jz 5f",
             "4:",
-            $crate::gemm::avx512_full::steps!(one $pf1, $bc, $fma, $ptr, $d, $d2, $astep, $astep2),
+            $crate::gemm::avx512_full::steps!($kind one $pf1, $bc, $fma, $ptr, $($sa),*),
             "dec {tail}",
             "jnz 4b",
             "5:",
-            "test {acc}, {acc}",
-            "jz 6f",
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm8", "zmm9"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm10", "zmm11"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm12", "zmm13"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm14", "zmm15"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm16", "zmm17"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm18", "zmm19"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm20", "zmm21"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm22", "zmm23"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm24", "zmm25"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm26", "zmm27"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm28", "zmm29"),
-            $crate::gemm::avx512_full::c_row!(add $add, "zmm30", "zmm31"),
-            "jmp 7f",
-            "6:",
-            $crate::gemm::avx512_full::c_row!(store, "zmm8", "zmm9"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm10", "zmm11"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm12", "zmm13"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm14", "zmm15"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm16", "zmm17"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm18", "zmm19"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm20", "zmm21"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm22", "zmm23"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm24", "zmm25"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm26", "zmm27"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm28", "zmm29"),
-            $crate::gemm::avx512_full::c_row!(store, "zmm30", "zmm31"),
-            "7:",
-            a = inout(reg) $a => _,
+            $crate::gemm::avx512_full::c_rows!($mode $add),
+            $($aops)*
             b = inout(reg) $b => _,
             c = inout(reg) $c => _,
             rs = in(reg) $rs,
-            t = out(reg) _,
             pairs = inout(reg) $pairs => _,
             tail = inout(reg) $tail => _,
-            acc = in(reg) $acc,
             pf = inout(reg) $pf => _,
             pfs = in(reg) $pfs,
             out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
@@ -175,16 +229,39 @@ macro_rules! zmm_12x2_packed_tile {
     };
 }
 
-pub(crate) use {c_row, packed_step, steps};
+/// `zmm_12x2_tile` for the four cases of (C added to or written, stream or none).
+macro_rules! tile_cases {
+    ($kind:ident, $acc:expr, $pfs:expr, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $sa:tt;
+     $($args:tt)*) => {
+        match ($acc, $pfs == 0) {
+            (true, true) => zmm_12x2_tile!($kind, add, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*),
+            (false, true) => zmm_12x2_tile!($kind, store, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*),
+            (true, false) => zmm_12x2_tile!($kind, add, "prefetcht1 [{pf}]\n add {pf}, {pfs}",
+                "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
+                $bc, $fma, $add, $ptr, $sa; $($args)*),
+            (false, false) => zmm_12x2_tile!($kind, store, "prefetcht1 [{pf}]\n add {pf}, {pfs}",
+                "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
+                $bc, $fma, $add, $ptr, $sa; $($args)*),
+        }
+    };
+}
 
-/// Defines `$name`, the full tile for one element type (see `f32_packed_full`).
-macro_rules! packed_full {
-    ($(#[$doc:meta])* $name:ident, $t:ty, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $d2:tt,
-     $astep:literal, $astep2:literal) => {
-        $(#[$doc])*
+pub(crate) use {c_rows, inplace_step, packed_step, prefetch_c_rows, steps};
+
+/// Defines the packed and in-place full tiles for one element type (see `f32_packed_full`).
+macro_rules! full_tiles {
+    ($packed:ident, $inplace:ident, $t:ty, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $d:tt, $d2:tt,
+     $astep:literal, $astep2:literal, $esz:literal, $esz2:literal) => {
+        /// The full tile (12 rows, 2 zmm wide) over a packed A panel (`a`: 12 values a k step), B's
+        /// packed panel `b`, C at `c` with rows `rs` elements apart (`acc`: added to): `head`
+        /// steps, C's rows prefetched, `tail` steps; `pfs > 0`: a prefetch stream from `pf` (see
+        /// `f32_tile_stream`).
+        ///
+        /// # Safety
+        /// AVX-512F; A holds 12 values a step, B 2 zmm a step (head + tail steps), C 12 full rows.
         #[target_feature(enable = "avx512f")]
         #[allow(clippy::too_many_arguments)]
-        pub(super) unsafe fn $name(
+        pub(super) unsafe fn $packed(
             head: usize,
             tail: usize,
             a: *const $t,
@@ -195,42 +272,80 @@ macro_rules! packed_full {
             pf: usize,
             pfs: usize,
         ) {
-            let (rs, acc) = (rs * std::mem::size_of::<$t>() as isize, acc as usize);
+            let rs = rs * std::mem::size_of::<$t>() as isize;
             // The head in pairs of steps; an odd one goes to the tail.
             let (pairs, tail) = (head / 2, tail + head % 2);
             // SAFETY: the caller's contract; the asm touches only the named memory.
             unsafe {
-                if pfs == 0 {
-                    zmm_12x2_packed_tile!("/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $d, $d2, $astep, $astep2;
-                        pairs, tail, a, b, c, rs, acc, pf, pfs);
-                } else {
-                    zmm_12x2_packed_tile!("prefetcht1 [{pf}]\n add {pf}, {pfs}",
-                        "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
-                        $bc, $fma, $add, $ptr, $d, $d2, $astep, $astep2; pairs, tail, a, b, c, rs, acc, pf, pfs);
-                }
+                tile_cases!(packed, acc, pfs, $bc, $fma, $add, $ptr, [$d, $d2, $astep, $astep2];
+                    pairs, tail, b, c, rs, pf, pfs; a = inout(reg) a => _,)
+            }
+        }
+
+        /// `$packed` with A read in place: row i at `a + i * lda` elements, a k step one element on.
+        ///
+        /// # Safety
+        /// As `$packed`; A's 12 rows hold head + tail values each.
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn $inplace(
+            head: usize,
+            tail: usize,
+            a: *const $t,
+            lda: isize,
+            b: *const $t,
+            c: *mut $t,
+            rs: isize,
+            acc: bool,
+            pf: usize,
+            pfs: usize,
+        ) {
+            let size = std::mem::size_of::<$t>() as isize;
+            let (rs, lda) = (rs * size, lda * size);
+            let (pairs, tail) = (head / 2, tail + head % 2);
+            let a0 = a as *const u8;
+            // SAFETY: the caller's contract; the asm touches only the named memory.
+            unsafe {
+                tile_cases!(inplace, acc, pfs, $bc, $fma, $add, $ptr, [$esz, $esz2];
+                    pairs, tail, b, c, rs, pf, pfs;
+                    a0 = inout(reg) a0 => _,
+                    a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
+                    a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
+                    a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
+                    lda = in(reg) lda,)
             }
         }
     };
 }
 
-packed_full!(
-    /// The full f32 tile (12 x 32) over a packed A panel (`a`: 12 values a k step), B's packed
-    /// panel `b`, C at `c` with rows `rs` elements apart: `head` steps, C's rows prefetched, `tail`
-    /// steps; `pfs > 0`: a prefetch stream from `pf` (see `f32_tile_stream`).
-    ///
-    /// # Safety
-    /// AVX-512F; A holds 12 * (head + tail) values, B 32 * (head + tail), C 12 rows of 32.
-    f32_packed_full, f32, "vbroadcastss", "vfmadd231ps", "vaddps", "dword",
+full_tiles!(
+    f32_packed_full,
+    f32_inplace_full,
+    f32,
+    "vbroadcastss",
+    "vfmadd231ps",
+    "vaddps",
+    "dword",
     ["0", "4", "8", "12", "16", "20", "24", "28", "32", "36", "40", "44"],
-    ["48", "52", "56", "60", "64", "68", "72", "76", "80", "84", "88", "92"], "48", "96"
+    ["48", "52", "56", "60", "64", "68", "72", "76", "80", "84", "88", "92"],
+    "48",
+    "96",
+    "4",
+    "8"
 );
 
-packed_full!(
-    /// `f32_packed_full` for f64 (12 x 16).
-    ///
-    /// # Safety
-    /// As `f32_packed_full`, with f64 elements.
-    f64_packed_full, f64, "vbroadcastsd", "vfmadd231pd", "vaddpd", "qword",
+full_tiles!(
+    f64_packed_full,
+    f64_inplace_full,
+    f64,
+    "vbroadcastsd",
+    "vfmadd231pd",
+    "vaddpd",
+    "qword",
     ["0", "8", "16", "24", "32", "40", "48", "56", "64", "72", "80", "88"],
-    ["96", "104", "112", "120", "128", "136", "144", "152", "160", "168", "176", "184"], "96", "192"
+    ["96", "104", "112", "120", "128", "136", "144", "152", "160", "168", "176", "184"],
+    "96",
+    "192",
+    "8",
+    "16"
 );
