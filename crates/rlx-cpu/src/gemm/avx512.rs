@@ -11,7 +11,7 @@ use super::APanel;
 use std::arch::x86_64::*;
 
 /// k steps before the end of a tile at which its C rows are prefetched.
-const PREFETCH_TAIL: usize = 32;
+pub(super) const PREFETCH_TAIL: usize = 32;
 
 /// Prefetches every cache line of the first `m` rows of a tile `bytes` wide (rows need not be
 /// 64-byte aligned, so the last byte is fetched too).

@@ -80,7 +80,8 @@ macro_rules! inplace_step {
 
 /// The loop bodies: `one` k step or `two` (read at displacements, pointers moved once), over a
 /// `packed` panel (`$d`, `$d2`: A's displacements in the two steps; `$astep2`: a pair's bytes) or
-/// A `inplace` (`$esz`: the element size; `$esz2` twice it). `$pf`: the stream's prefetches.
+/// A `inplace` (`$esz`: the element size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes
+/// apart (`strided`, no stream). `$pf`: the stream's prefetches.
 #[rustfmt::skip]
 macro_rules! steps {
     (packed one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
@@ -98,6 +99,21 @@ macro_rules! steps {
             $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "0", "64", $d),
             $crate::gemm::avx512_full::packed_step!($bc, $fma, $ptr, "128", "192", $d2),
             "add {a}, ", $astep2, "\n", "add {b}, 256\n",
+        )
+    };
+    (strided one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            "add {a0}, ", $esz, "\n", "add {a3}, ", $esz, "\n", "add {a6}, ", $esz, "\n", "add {a9}, ", $esz, "\n",
+            "add {b}, {ldb}\n",
+        )
+    };
+    (strided two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "{ldb}", "{ldb} + 64", $esz),
+            "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
+            "lea {b}, [{b} + {ldb} * 2]\n",
         )
     };
     (inplace one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
@@ -182,7 +198,7 @@ macro_rules! prefetch_c_rows {
 /// `$pf1`/`$pf2`: the stream's prefetches for one and two steps. `$aops`: A's operands.
 macro_rules! zmm_12x2_tile {
     ($kind:ident, $mode:ident, $pf1:literal, $pf2:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal,
-     [$($sa:tt),*]; $pairs:expr, $tail:expr, $b:expr, $c:expr, $rs:expr, $pf:expr, $pfs:expr; $($aops:tt)*) => {
+     [$($sa:tt),*]; $pairs:expr, $tail:expr, $b:expr, $c:expr, $rs:expr; $($aops:tt)*) => {
         std::arch::asm!(
             "vpxord zmm8, zmm8, zmm8", "vpxord zmm9, zmm9, zmm9", "vpxord zmm10, zmm10, zmm10",
             "vpxord zmm11, zmm11, zmm11", "vpxord zmm12, zmm12, zmm12", "vpxord zmm13, zmm13, zmm13",
@@ -214,8 +230,6 @@ macro_rules! zmm_12x2_tile {
             rs = in(reg) $rs,
             pairs = inout(reg) $pairs => _,
             tail = inout(reg) $tail => _,
-            pf = inout(reg) $pf => _,
-            pfs = in(reg) $pfs,
             out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
             out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
             out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
@@ -231,17 +245,19 @@ macro_rules! zmm_12x2_tile {
 
 /// `zmm_12x2_tile` for the four cases of (C added to or written, stream or none).
 macro_rules! tile_cases {
-    ($kind:ident, $acc:expr, $pfs:expr, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $sa:tt;
+    ($kind:ident, $acc:expr, $pf:expr, $pfs:expr, $bc:literal, $fma:literal, $add:literal, $ptr:literal, $sa:tt;
      $($args:tt)*) => {
         match ($acc, $pfs == 0) {
-            (true, true) => zmm_12x2_tile!($kind, add, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*),
-            (false, true) => zmm_12x2_tile!($kind, store, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*),
+            (true, true) => zmm_12x2_tile!($kind, add, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*
+                pf = inout(reg) $pf => _, pfs = in(reg) $pfs,),
+            (false, true) => zmm_12x2_tile!($kind, store, "/* {pf} {pfs} */", "", $bc, $fma, $add, $ptr, $sa; $($args)*
+                pf = inout(reg) $pf => _, pfs = in(reg) $pfs,),
             (true, false) => zmm_12x2_tile!($kind, add, "prefetcht1 [{pf}]\n add {pf}, {pfs}",
                 "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
-                $bc, $fma, $add, $ptr, $sa; $($args)*),
+                $bc, $fma, $add, $ptr, $sa; $($args)* pf = inout(reg) $pf => _, pfs = in(reg) $pfs,),
             (false, false) => zmm_12x2_tile!($kind, store, "prefetcht1 [{pf}]\n add {pf}, {pfs}",
                 "prefetcht1 [{pf}]\n prefetcht1 [{pf} + {pfs}]\n lea {pf}, [{pf} + {pfs} * 2]",
-                $bc, $fma, $add, $ptr, $sa; $($args)*),
+                $bc, $fma, $add, $ptr, $sa; $($args)* pf = inout(reg) $pf => _, pfs = in(reg) $pfs,),
         }
     };
 }
@@ -277,8 +293,8 @@ macro_rules! full_tiles {
             let (pairs, tail) = (head / 2, tail + head % 2);
             // SAFETY: the caller's contract; the asm touches only the named memory.
             unsafe {
-                tile_cases!(packed, acc, pfs, $bc, $fma, $add, $ptr, [$d, $d2, $astep, $astep2];
-                    pairs, tail, b, c, rs, pf, pfs; a = inout(reg) a => _,)
+                tile_cases!(packed, acc, pf, pfs, $bc, $fma, $add, $ptr, [$d, $d2, $astep, $astep2];
+                    pairs, tail, b, c, rs; a = inout(reg) a => _,)
             }
         }
 
@@ -306,8 +322,8 @@ macro_rules! full_tiles {
             let a0 = a as *const u8;
             // SAFETY: the caller's contract; the asm touches only the named memory.
             unsafe {
-                tile_cases!(inplace, acc, pfs, $bc, $fma, $add, $ptr, [$esz, $esz2];
-                    pairs, tail, b, c, rs, pf, pfs;
+                tile_cases!(inplace, acc, pf, pfs, $bc, $fma, $add, $ptr, [$esz, $esz2];
+                    pairs, tail, b, c, rs;
                     a0 = inout(reg) a0 => _,
                     a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
                     a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
@@ -349,3 +365,44 @@ full_tiles!(
     "8",
     "16"
 );
+
+/// The full f32 tile (12 x 32) for a row-major B: A in place (row i at `a + i * lda`), B's rows
+/// `ldb` elements apart, C's rows `ldc` apart (`acc`: added to), over `k` steps; no stream. The
+/// attention products (k = the head dimension, 64 or 128) lost a fifth of a tile to the trip of
+/// the accumulators through the stack.
+///
+/// # Safety
+/// AVX-512F; A's 12 rows hold `k` values, B `k` rows of 32, C 12 rows of 32.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn f32_strided_full(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let (lda, ldb, rs) = (4 * lda as isize, 4 * ldb as isize, 4 * ldc as isize);
+    let tail = k.min(super::avx512::PREFETCH_TAIL);
+    let (pairs, tail) = ((k - tail) / 2, tail + (k - tail) % 2);
+    let a0 = a as *const u8;
+    // SAFETY: the caller's contract; the asm touches only the named memory.
+    unsafe {
+        macro_rules! strided {
+            ($mode:ident) => {
+                zmm_12x2_tile!(strided, $mode, "", "", "vbroadcastss", "vfmadd231ps", "vaddps", "dword", ["4", "8"];
+                    pairs, tail, b, c, rs;
+                    a0 = inout(reg) a0 => _,
+                    a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
+                    a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
+                    a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
+                    lda = in(reg) lda,
+                    ldb = in(reg) ldb,)
+            };
+        }
+        if acc { strided!(add) } else { strided!(store) }
+    }
+}

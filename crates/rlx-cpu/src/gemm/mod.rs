@@ -12,6 +12,8 @@
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_full;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512_full::f32_strided_full;
 mod blocked;
 mod gemv;
 pub mod half;

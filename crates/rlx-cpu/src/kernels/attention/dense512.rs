@@ -11,7 +11,7 @@ use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
 
 /// One `R` x `16 V` tile of `p` at its first row and column: `c (+)= a[R, k] @ b[k, 16 V]`; the
-/// 12 x 32 tile's k loop in asm (`gemm::zmm_12x2_steps`).
+/// 12 x 32 tile all in asm (`gemm::f32_strided_full`).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `p`'s pointers cover R rows and 16 V columns from its first.
@@ -19,6 +19,10 @@ use std::arch::x86_64::*;
 #[inline]
 unsafe fn tile<const R: usize, const V: usize>(p: Product) {
     let Product { a, lda, b, ldb, c, ldc, k, acc, .. } = p;
+    if R == 12 && V == 2 {
+        // The full tile in one asm block (accumulators never leave the registers).
+        return crate::gemm::f32_strided_full(k, a, lda, b, ldb, c, ldc, acc);
+    }
     let mut t = [[_mm512_setzero_ps(); V]; R];
     if acc {
         for (r, row) in t.iter_mut().enumerate() {
@@ -27,24 +31,17 @@ unsafe fn tile<const R: usize, const V: usize>(p: Product) {
             }
         }
     }
-    if R == 12 && V == 2 {
-        // SAFETY: R == 12 and V == 2: the same type.
-        let t12 = &mut *(&mut t as *mut [[__m512; V]; R] as *mut [[__m512; 2]; 12]);
-        // A rows `lda` apart stepping one element, B rows `ldb` apart.
-        crate::gemm::zmm_12x2_steps!("vbroadcastss", "vfmadd231ps", "dword"; k, a, lda * 4, 4, b, ldb * 4, t12);
-    } else {
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..k {
-            let bv: [__m512; V] = std::array::from_fn(|h| _mm512_loadu_ps(bp.add(16 * h)));
-            for (r, row) in t.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*ap.add(r * lda));
-                for (h, v) in row.iter_mut().enumerate() {
-                    *v = _mm512_fmadd_ps(av, bv[h], *v);
-                }
+    let (mut ap, mut bp) = (a, b);
+    for _ in 0..k {
+        let bv: [__m512; V] = std::array::from_fn(|h| _mm512_loadu_ps(bp.add(16 * h)));
+        for (r, row) in t.iter_mut().enumerate() {
+            let av = _mm512_set1_ps(*ap.add(r * lda));
+            for (h, v) in row.iter_mut().enumerate() {
+                *v = _mm512_fmadd_ps(av, bv[h], *v);
             }
-            ap = ap.add(1);
-            bp = bp.add(ldb);
         }
+        ap = ap.add(1);
+        bp = bp.add(ldb);
     }
     for (r, row) in t.iter().enumerate() {
         for (h, &v) in row.iter().enumerate() {
