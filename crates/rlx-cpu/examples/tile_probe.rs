@@ -19,44 +19,8 @@ fn main() {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod probe {
     use rlx_cpu::gemm::{GemmElem, MatMut, MatRef, gemm};
+    use rlx_cpu::peak::fma_peak_gflops;
     use std::time::Instant;
-
-    /// `passes` x 12 independent zmm FMAs (enough chains to cover two units' latency).
-    #[target_feature(enable = "avx512f")]
-    unsafe fn fma_loop(passes: u64) {
-        // SAFETY: register-only arithmetic on clobbered registers.
-        unsafe {
-            std::arch::asm!(
-                "vxorps zmm0, zmm0, zmm0",
-                "vxorps zmm1, zmm1, zmm1",
-                "2:",
-                "vfmadd231ps zmm2, zmm0, zmm1", "vfmadd231ps zmm3, zmm0, zmm1", "vfmadd231ps zmm4, zmm0, zmm1",
-                "vfmadd231ps zmm5, zmm0, zmm1", "vfmadd231ps zmm6, zmm0, zmm1", "vfmadd231ps zmm7, zmm0, zmm1",
-                "vfmadd231ps zmm8, zmm0, zmm1", "vfmadd231ps zmm9, zmm0, zmm1", "vfmadd231ps zmm10, zmm0, zmm1",
-                "vfmadd231ps zmm11, zmm0, zmm1", "vfmadd231ps zmm12, zmm0, zmm1", "vfmadd231ps zmm13, zmm0, zmm1",
-                "dec {n}",
-                "jnz 2b",
-                n = inout(reg) passes => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _, out("zmm5") _,
-                out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                out("zmm12") _, out("zmm13") _,
-            );
-        }
-    }
-
-    /// GFLOP/s of `threads` threads' FMA loops, run now.
-    fn peak(threads: usize) -> f64 {
-        let passes = 2_000_000u64;
-        // SAFETY: the probe runs only where AVX-512F exists (checked in `main`).
-        let flops = threads as f64 * passes as f64 * 12.0 * 32.0;
-        gflops(flops, || {
-            std::thread::scope(|s| {
-                for _ in 0..threads {
-                    s.spawn(move || unsafe { fma_loop(passes) });
-                }
-            })
-        })
-    }
 
     fn gflops(flops: f64, f: impl FnOnce()) -> f64 {
         let t = Instant::now();
@@ -155,7 +119,7 @@ mod probe {
         let mut rows: Vec<[f64; 5]> = Vec::new();
         let mut peaks = Vec::new();
         for round in 0..rounds {
-            let p1 = peak(1);
+            let p1 = fma_peak_gflops(1);
             let reps = 20_000;
             // SAFETY (all kernel calls): A panels hold mr * kc values, B panels nr * kc, and every
             // C tile lies inside its buffer.
@@ -205,7 +169,7 @@ mod probe {
             };
             let (blk, far) = (blocked(false), blocked(true));
             let threads = rlx_cpu::threads::num_threads();
-            let pn = if threads == 1 { p1 } else { peak(threads) };
+            let pn = if threads == 1 { p1 } else { fma_peak_gflops(threads) };
             let full = product(big, ga, gb, gc);
             let row = [l1 / p1, a_l2 / p1, blk / p1, far / p1, full / pn];
             let cells: Vec<String> = names.iter().zip(row).map(|(k, v)| format!("{k} {:.1}%", 100.0 * v)).collect();

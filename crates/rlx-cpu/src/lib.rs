@@ -10,6 +10,7 @@ pub mod elem;
 pub mod exec;
 pub mod gemm;
 pub mod kernels;
+pub mod peak;
 mod prefetch;
 pub mod threads;
 

@@ -1,0 +1,86 @@
+//! The f32 FMA peak of the threads a product runs on, measured now: the clocks of a shared host
+//! move by 10% or more, so "% of peak" needs the peak from the same run (`rlx-bench matmul`,
+//! the `tile_probe` example).
+
+#[cfg(target_arch = "x86_64")]
+use std::time::Instant;
+
+/// The f32 FMA peak of `threads` threads in GFLOP/s, measured now (turbo clocks move it by 10%
+/// or more on a shared host, so "% of peak" needs it in the same run): each thread runs
+/// independent register-only FMAs (AVX-512 where the CPU has it, else AVX2) for about 20 ms.
+/// NaN off x86-64 or without FMA.
+pub fn fma_peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let wide = is_x86_feature_detected!("avx512f");
+        let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !wide && !fma {
+            return f64::NAN;
+        }
+        // FMAs per loop pass, lanes per FMA.
+        let (per_pass, lanes) = (12.0, if wide { 16.0 } else { 8.0 });
+        let passes = 2_000_000u64;
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads.max(1) {
+                // SAFETY: the CPU has the features checked above.
+                s.spawn(move || unsafe { if wide { fma_loop_512(passes) } else { fma_loop_256(passes) } });
+            }
+        });
+        let flops = threads.max(1) as f64 * passes as f64 * per_pass * lanes * 2.0;
+        flops / t.elapsed().as_secs_f64() / 1e9
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = threads;
+        f64::NAN
+    }
+}
+
+/// `passes` x 12 independent zmm FMAs (12 chains: enough to cover the latency of two units).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_loop_512(passes: u64) {
+    // SAFETY: register-only arithmetic on clobbered registers.
+    unsafe {
+        std::arch::asm!(
+            "vxorps zmm0, zmm0, zmm0",
+            "2:",
+            "vfmadd231ps zmm1, zmm0, zmm0", "vfmadd231ps zmm2, zmm0, zmm0", "vfmadd231ps zmm3, zmm0, zmm0",
+            "vfmadd231ps zmm4, zmm0, zmm0", "vfmadd231ps zmm5, zmm0, zmm0", "vfmadd231ps zmm6, zmm0, zmm0",
+            "vfmadd231ps zmm7, zmm0, zmm0", "vfmadd231ps zmm8, zmm0, zmm0", "vfmadd231ps zmm9, zmm0, zmm0",
+            "vfmadd231ps zmm10, zmm0, zmm0", "vfmadd231ps zmm11, zmm0, zmm0", "vfmadd231ps zmm12, zmm0, zmm0",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) passes => _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _, out("zmm5") _,
+            out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _,
+            options(nostack, nomem),
+        );
+    }
+}
+
+/// `fma_loop_512` on ymm registers (AVX2 + FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_loop_256(passes: u64) {
+    // SAFETY: register-only arithmetic on clobbered registers.
+    unsafe {
+        std::arch::asm!(
+            "vxorps ymm0, ymm0, ymm0",
+            "2:",
+            "vfmadd231ps ymm1, ymm0, ymm0", "vfmadd231ps ymm2, ymm0, ymm0", "vfmadd231ps ymm3, ymm0, ymm0",
+            "vfmadd231ps ymm4, ymm0, ymm0", "vfmadd231ps ymm5, ymm0, ymm0", "vfmadd231ps ymm6, ymm0, ymm0",
+            "vfmadd231ps ymm7, ymm0, ymm0", "vfmadd231ps ymm8, ymm0, ymm0", "vfmadd231ps ymm9, ymm0, ymm0",
+            "vfmadd231ps ymm10, ymm0, ymm0", "vfmadd231ps ymm11, ymm0, ymm0", "vfmadd231ps ymm12, ymm0, ymm0",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) passes => _,
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _, out("ymm4") _, out("ymm5") _,
+            out("ymm6") _, out("ymm7") _, out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm12") _,
+            options(nostack, nomem),
+        );
+    }
+}
