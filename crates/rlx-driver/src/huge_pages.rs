@@ -2,16 +2,24 @@
 //! marked for transparent huge pages before their pages are first touched, as numpy does for its
 //! arrays. A product that streams a few MiB through 4 KiB pages spends time in page walks: f32
 //! matmul 1024^3 on a Xeon ran 2.4% faster with A, B and C on huge pages (paired, one and two
-//! threads). Linux only; elsewhere, or where the kernel declines, the pages stay as they are.
+//! threads). Linux only; elsewhere, where the kernel declines, or with `RLX_HUGE_PAGES=0`, the
+//! pages stay as they are.
 
 /// Bytes from which `advise` asks for huge pages: one huge page.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
+/// Whether `advise` asks for huge pages: yes unless `RLX_HUGE_PAGES=0` (read once).
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RLX_HUGE_PAGES").map_or(true, |v| v != "0"))
+}
+
 /// Asks the kernel to back `len` bytes from `ptr` with huge pages on their first touch
 /// (`madvise(MADV_HUGEPAGE)` on the whole 4 KiB pages inside; a hint: errors are ignored).
-/// Pages touched already keep their size. Spans under `HUGE_PAGE_BYTES` are left alone.
+/// Pages touched already keep their size. Spans under `HUGE_PAGE_BYTES` are left alone, and all
+/// of them with `RLX_HUGE_PAGES=0`.
 pub fn advise(ptr: *const u8, len: usize) {
-    if len < HUGE_PAGE_BYTES {
+    if len < HUGE_PAGE_BYTES || !enabled() {
         return;
     }
     #[cfg(target_os = "linux")]
@@ -57,6 +65,29 @@ pub fn grow<T: Clone>(buf: &mut Vec<T>, len: usize, value: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kilobytes of anonymous huge pages this process holds (`/proc/self/smaps_rollup`).
+    #[cfg(target_os = "linux")]
+    fn anon_huge_kb() -> Option<u64> {
+        let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+        let line = s.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn advised_buffers_get_huge_pages_where_the_kernel_offers_them() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if mode.contains("[never]") || mode.is_empty() || !enabled() {
+            eprintln!("transparent huge pages off here ({}): nothing to check", mode.trim());
+            return;
+        }
+        let before = anon_huge_kb().expect("smaps_rollup lists AnonHugePages");
+        let v = vec(16 << 20, 1u8);
+        let after = anon_huge_kb().expect("smaps_rollup lists AnonHugePages");
+        assert!(after >= before + 2048, "16 MiB advised and written: AnonHugePages {before} -> {after} kB");
+        drop(v);
+    }
 
     #[test]
     fn vec_and_grow_keep_their_contents() {

@@ -144,10 +144,12 @@ macro_rules! zmm_12x2_steps {
 }
 pub(crate) use zmm_12x2_steps;
 
-/// Defines `$name::<MR, NV>`: the tile routine for one element type and its zmm intrinsics.
+/// Defines `$name::<MR, NV>`: the tile routine for one element type and its zmm intrinsics; full
+/// 12 x 2-zmm tiles go to the one-block asm tiles `$full` (packed A) and `$inplace` (A in place).
 macro_rules! zmm_tile {
-    ($name:ident, $stream_name:ident, $full:ident, $inplace:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident,
-     $add:ident, $store:ident, $mload:ident, $mstore:ident, $bc:literal, $fma_asm:literal, $ptr:literal) => {
+    ($name:ident, $stream_name:ident, $full:ident, $inplace:ident, $t:ty, $v:ty, $lanes:expr, $mask:ty, $zero:ident,
+     $load:ident, $set1:ident, $fma:ident, $add:ident, $store:ident, $mload:ident, $mstore:ident, $bc:literal,
+     $fma_asm:literal, $ptr:literal) => {
         /// Computes an MR x LANES*NV tile of `A * B` over `kc` and writes (or adds) its first
         /// m x n entries into C. A packed panel (`a.rs == 1, a.cs == MR`) is read at fixed
         /// offsets; any other A (read in place, or a taller packed panel) through per-row
