@@ -34,8 +34,9 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::Attention, DTYPES, attention);
 }
 
-/// Query rows per work item (a multiple of the 4-row register tile).
-const BQ: usize = 32;
+/// Query rows per work item (a multiple of the 4-row register tile, and of the AVX-512 dense
+/// path's 12-row one: 48 against 32 measured 1.6% less attention time at 2048 tokens, 6 of 6).
+const BQ: usize = 48;
 /// Keys per block (a multiple of the 16-column register tile).
 const BK: usize = 64;
 
@@ -566,8 +567,9 @@ mod tests {
     fn prefill_into_a_long_cache_visits_only_the_filled_keys() {
         // 40 causal queries at the start of a 300-slot cache (transposed-K path).
         let (long, read) = run(40, 300, 0, |i| i);
-        // Query blocks of 32 rows: rows 0..32 see keys 0..32, rows 32..40 keys 0..40.
-        assert_eq!(read, 4 * (32 + 40));
+        // Query blocks of BQ rows: a block's rows see the keys up to its last row.
+        let keys: usize = (0..40usize.div_ceil(super::BQ)).map(|b| ((b + 1) * super::BQ).min(40)).sum();
+        assert_eq!(read, 4 * keys as u64);
         let (short, _) = run(40, 40, 0, |i| i);
         for (a, b) in long.iter().zip(&short) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
