@@ -84,3 +84,17 @@ unsafe fn fma_loop_256(passes: u64) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_peak_is_positive_where_measured_and_nan_elsewhere() {
+        let p = super::fma_peak_gflops(1);
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            assert!(p.is_finite() && p > 0.0, "{p}");
+            return;
+        }
+        assert!(p.is_nan(), "{p}");
+    }
+}

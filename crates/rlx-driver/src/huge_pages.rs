@@ -27,7 +27,8 @@ pub fn advise(ptr: *const u8, len: usize) {
         const PAGE: usize = 4096;
         let (start, end) = ((ptr as usize).next_multiple_of(PAGE), (ptr as usize + len) / PAGE * PAGE);
         if end > start {
-            // SAFETY: the range lies inside memory the caller owns; MADV_HUGEPAGE changes no data.
+            // SAFETY: MADV_HUGEPAGE changes how the kernel backs the pages, never their contents,
+            // whatever the range (an unmapped one fails with ENOMEM, ignored here).
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
     }
