@@ -15,7 +15,7 @@ The F32 reference runs llama.cpp on an F32 copy of the F16 file (written to a te
 committed): the tests read the F16 file, whose weights are exactly those values.
 
 `tiny_llm.py --long-reference` writes only qwen3k-q4_k_m-long.json and qwen3-f32-long.json: the
-committed models with a 40-token prompt (the batched prefill kernels, two attention query blocks).
+committed models with a 56-token prompt (the batched prefill kernels, two attention query blocks).
 `tiny_llm.py --bench PATH` instead writes a bigger random Llama-shaped Q4_K_M file to PATH (for
 the decode tok/s comparison; not committed).
 """
@@ -265,14 +265,15 @@ def tokenizer_ref(path):
 
 def long_reference():
     """qwen3k-q4_k_m-long.json and qwen3-f32-long.json: the committed Q4_K_M and (as F32) F16
-    Qwen3 models with a 40-token prompt, long enough for the batched prefill paths (AMX from 16
-    rows) and for two query blocks in attention, which the 9-token prompt never reaches."""
+    Qwen3 models with a 56-token prompt, long enough for the batched prefill paths (AMX from 16
+    rows) and for two query blocks in attention (48 rows each), which the 9-token prompt never
+    reaches."""
     with tempfile.TemporaryDirectory() as d:
         f32 = Path(d) / "qwen3-f32.gguf"
         to_f32(OUT / "qwen3-f16.gguf", f32)
         for name, path in [("qwen3k-q4_k_m-long", OUT / "qwen3k-q4_k_m.gguf"), ("qwen3-f32-long", f32)]:
             vocab = load(path).n_vocab()
-            ids = [1] + [(7 * i + 3) % (vocab - 10) + 5 for i in range(39)]
+            ids = [1] + [(7 * i + 3) % (vocab - 10) + 5 for i in range(55)]
             (OUT / f"{name}.json").write_text(json.dumps(reference(path, ids)) + "\n")
             print(f"wrote {OUT / (name + '.json')}")
 

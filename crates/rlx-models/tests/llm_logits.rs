@@ -109,7 +109,7 @@ fn qwen3_q4_k_m_matches_llama_cpp() {
     check("qwen3k-q4_k_m", "qwen3k-q4_k_m.gguf");
 }
 
-/// 40 prompt tokens: two 32-row blocks of queries in the attention kernel, which the 9-token
+/// 56 prompt tokens: two 48-row blocks of queries in the attention kernel, which the 9-token
 /// prompt never splits.
 #[test]
 fn qwen3_f32_long_prompt_matches_llama_cpp() {
@@ -118,7 +118,7 @@ fn qwen3_f32_long_prompt_matches_llama_cpp() {
     std::fs::remove_file(f).unwrap();
 }
 
-/// 40 prompt tokens through the Q4_K_M model: prefill runs the batched kernels (AMX tiles with
+/// 56 prompt tokens through the Q4_K_M model: prefill runs the batched kernels (AMX tiles with
 /// bf16 activations where the CPU has AMX), which the 9-token prompt never reaches. Quantizing the
 /// activations moves these logits by percents in llama.cpp too (Q8_K), so both are held against
 /// exact f32 arithmetic on the dequantized weights: RLX must come at least as close as llama.cpp

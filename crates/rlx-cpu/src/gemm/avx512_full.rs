@@ -4,77 +4,62 @@
 //! Split across Rust code, the 24 accumulators went through the stack on entry and exit (48 zmm
 //! stores and loads a tile, about 5% of a 256-deep tile in L1).
 
-/// One k step of the packed tile: B's two vectors at `b + bo0`, `b + bo1`, A's 12 values at
-/// `a + d_i` (no pointer moves).
+/// One k step: B's two vectors at `b + bo0`, `b + bo1` against A's 12 values at the addresses
+/// `$x` (assembler address expressions), into accumulators zmm8..zmm31.
 #[rustfmt::skip]
-macro_rules! packed_step {
-    ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, [$d0:literal, $d1:literal, $d2:literal,
-     $d3:literal, $d4:literal, $d5:literal, $d6:literal, $d7:literal, $d8:literal, $d9:literal, $d10:literal,
-     $d11:literal]) => {
+macro_rules! zmm_step {
+    ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, [$x0:expr, $x1:expr, $x2:expr, $x3:expr,
+     $x4:expr, $x5:expr, $x6:expr, $x7:expr, $x8:expr, $x9:expr, $x10:expr, $x11:expr]) => {
         concat!(
             "vmovups zmm0, [{b} + ", $bo0, "]\n",
             "vmovups zmm1, [{b} + ", $bo1, "]\n",
-            $bc, " zmm2, ", $ptr, " ptr [{a} + ", $d0, "]\n",
+            $bc, " zmm2, ", $ptr, " ptr [", $x0, "]\n",
             $fma, " zmm8, zmm2, zmm0\n", $fma, " zmm9, zmm2, zmm1\n",
-            $bc, " zmm3, ", $ptr, " ptr [{a} + ", $d1, "]\n",
+            $bc, " zmm3, ", $ptr, " ptr [", $x1, "]\n",
             $fma, " zmm10, zmm3, zmm0\n", $fma, " zmm11, zmm3, zmm1\n",
-            $bc, " zmm4, ", $ptr, " ptr [{a} + ", $d2, "]\n",
+            $bc, " zmm4, ", $ptr, " ptr [", $x2, "]\n",
             $fma, " zmm12, zmm4, zmm0\n", $fma, " zmm13, zmm4, zmm1\n",
-            $bc, " zmm5, ", $ptr, " ptr [{a} + ", $d3, "]\n",
+            $bc, " zmm5, ", $ptr, " ptr [", $x3, "]\n",
             $fma, " zmm14, zmm5, zmm0\n", $fma, " zmm15, zmm5, zmm1\n",
-            $bc, " zmm6, ", $ptr, " ptr [{a} + ", $d4, "]\n",
+            $bc, " zmm6, ", $ptr, " ptr [", $x4, "]\n",
             $fma, " zmm16, zmm6, zmm0\n", $fma, " zmm17, zmm6, zmm1\n",
-            $bc, " zmm7, ", $ptr, " ptr [{a} + ", $d5, "]\n",
+            $bc, " zmm7, ", $ptr, " ptr [", $x5, "]\n",
             $fma, " zmm18, zmm7, zmm0\n", $fma, " zmm19, zmm7, zmm1\n",
-            $bc, " zmm2, ", $ptr, " ptr [{a} + ", $d6, "]\n",
+            $bc, " zmm2, ", $ptr, " ptr [", $x6, "]\n",
             $fma, " zmm20, zmm2, zmm0\n", $fma, " zmm21, zmm2, zmm1\n",
-            $bc, " zmm3, ", $ptr, " ptr [{a} + ", $d7, "]\n",
+            $bc, " zmm3, ", $ptr, " ptr [", $x7, "]\n",
             $fma, " zmm22, zmm3, zmm0\n", $fma, " zmm23, zmm3, zmm1\n",
-            $bc, " zmm4, ", $ptr, " ptr [{a} + ", $d8, "]\n",
+            $bc, " zmm4, ", $ptr, " ptr [", $x8, "]\n",
             $fma, " zmm24, zmm4, zmm0\n", $fma, " zmm25, zmm4, zmm1\n",
-            $bc, " zmm5, ", $ptr, " ptr [{a} + ", $d9, "]\n",
+            $bc, " zmm5, ", $ptr, " ptr [", $x9, "]\n",
             $fma, " zmm26, zmm5, zmm0\n", $fma, " zmm27, zmm5, zmm1\n",
-            $bc, " zmm6, ", $ptr, " ptr [{a} + ", $d10, "]\n",
+            $bc, " zmm6, ", $ptr, " ptr [", $x10, "]\n",
             $fma, " zmm28, zmm6, zmm0\n", $fma, " zmm29, zmm6, zmm1\n",
-            $bc, " zmm7, ", $ptr, " ptr [{a} + ", $d11, "]\n",
+            $bc, " zmm7, ", $ptr, " ptr [", $x11, "]\n",
             $fma, " zmm30, zmm7, zmm0\n", $fma, " zmm31, zmm7, zmm1\n",
         )
     };
 }
 
-/// One k step with A in place: 12 rows from four row pointers three rows apart (`{lda}` bytes
-/// between rows), each value `ad` bytes on; B's two vectors at `b + bo0`, `b + bo1`.
+/// `zmm_step` over a packed panel: A's 12 values at `a + d_i` (no pointer moves).
+#[rustfmt::skip]
+macro_rules! packed_step {
+    ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, [$($d:literal),*]) => {
+        $crate::gemm::avx512_full::zmm_step!($bc, $fma, $ptr, $bo0, $bo1, [$(concat!("{a} + ", $d)),*])
+    };
+}
+
+/// `zmm_step` with A in place: 12 rows from four row pointers three rows apart (`{lda}` bytes
+/// between rows), each value `ad` bytes on.
 #[rustfmt::skip]
 macro_rules! inplace_step {
     ($bc:literal, $fma:literal, $ptr:literal, $bo0:literal, $bo1:literal, $ad:literal) => {
-        concat!(
-            "vmovups zmm0, [{b} + ", $bo0, "]\n",
-            "vmovups zmm1, [{b} + ", $bo1, "]\n",
-            $bc, " zmm2, ", $ptr, " ptr [{a0} + ", $ad, "]\n",
-            $fma, " zmm8, zmm2, zmm0\n", $fma, " zmm9, zmm2, zmm1\n",
-            $bc, " zmm3, ", $ptr, " ptr [{a0} + {lda} + ", $ad, "]\n",
-            $fma, " zmm10, zmm3, zmm0\n", $fma, " zmm11, zmm3, zmm1\n",
-            $bc, " zmm4, ", $ptr, " ptr [{a0} + {lda} * 2 + ", $ad, "]\n",
-            $fma, " zmm12, zmm4, zmm0\n", $fma, " zmm13, zmm4, zmm1\n",
-            $bc, " zmm5, ", $ptr, " ptr [{a3} + ", $ad, "]\n",
-            $fma, " zmm14, zmm5, zmm0\n", $fma, " zmm15, zmm5, zmm1\n",
-            $bc, " zmm6, ", $ptr, " ptr [{a3} + {lda} + ", $ad, "]\n",
-            $fma, " zmm16, zmm6, zmm0\n", $fma, " zmm17, zmm6, zmm1\n",
-            $bc, " zmm7, ", $ptr, " ptr [{a3} + {lda} * 2 + ", $ad, "]\n",
-            $fma, " zmm18, zmm7, zmm0\n", $fma, " zmm19, zmm7, zmm1\n",
-            $bc, " zmm2, ", $ptr, " ptr [{a6} + ", $ad, "]\n",
-            $fma, " zmm20, zmm2, zmm0\n", $fma, " zmm21, zmm2, zmm1\n",
-            $bc, " zmm3, ", $ptr, " ptr [{a6} + {lda} + ", $ad, "]\n",
-            $fma, " zmm22, zmm3, zmm0\n", $fma, " zmm23, zmm3, zmm1\n",
-            $bc, " zmm4, ", $ptr, " ptr [{a6} + {lda} * 2 + ", $ad, "]\n",
-            $fma, " zmm24, zmm4, zmm0\n", $fma, " zmm25, zmm4, zmm1\n",
-            $bc, " zmm5, ", $ptr, " ptr [{a9} + ", $ad, "]\n",
-            $fma, " zmm26, zmm5, zmm0\n", $fma, " zmm27, zmm5, zmm1\n",
-            $bc, " zmm6, ", $ptr, " ptr [{a9} + {lda} + ", $ad, "]\n",
-            $fma, " zmm28, zmm6, zmm0\n", $fma, " zmm29, zmm6, zmm1\n",
-            $bc, " zmm7, ", $ptr, " ptr [{a9} + {lda} * 2 + ", $ad, "]\n",
-            $fma, " zmm30, zmm7, zmm0\n", $fma, " zmm31, zmm7, zmm1\n",
-        )
+        $crate::gemm::avx512_full::zmm_step!($bc, $fma, $ptr, $bo0, $bo1, [
+            concat!("{a0} + ", $ad), concat!("{a0} + {lda} + ", $ad), concat!("{a0} + {lda} * 2 + ", $ad),
+            concat!("{a3} + ", $ad), concat!("{a3} + {lda} + ", $ad), concat!("{a3} + {lda} * 2 + ", $ad),
+            concat!("{a6} + ", $ad), concat!("{a6} + {lda} + ", $ad), concat!("{a6} + {lda} * 2 + ", $ad),
+            concat!("{a9} + ", $ad), concat!("{a9} + {lda} + ", $ad), concat!("{a9} + {lda} * 2 + ", $ad)
+        ])
     };
 }
 
@@ -262,7 +247,7 @@ macro_rules! tile_cases {
     };
 }
 
-pub(crate) use {c_rows, inplace_step, packed_step, prefetch_c_rows, steps};
+pub(crate) use {c_rows, inplace_step, packed_step, prefetch_c_rows, steps, zmm_step};
 
 /// Defines the packed and in-place full tiles for one element type (see `f32_packed_full`).
 macro_rules! full_tiles {

@@ -565,12 +565,12 @@ mod tests {
 
     #[test]
     fn prefill_into_a_long_cache_visits_only_the_filled_keys() {
-        // 40 causal queries at the start of a 300-slot cache (transposed-K path).
-        let (long, read) = run(40, 300, 0, |i| i);
-        // Query blocks of BQ rows: a block's rows see the keys up to its last row.
-        let keys: usize = (0..40usize.div_ceil(super::BQ)).map(|b| ((b + 1) * super::BQ).min(40)).sum();
-        assert_eq!(read, 4 * keys as u64);
-        let (short, _) = run(40, 40, 0, |i| i);
+        // BQ + 8 causal queries at the start of a 300-slot cache (transposed-K path): two query
+        // blocks, the first seeing keys 0..BQ, the second keys 0..BQ + 8.
+        let q = super::BQ + 8;
+        let (long, read) = run(q, 300, 0, |i| i);
+        assert_eq!(read, 4 * (super::BQ + q) as u64);
+        let (short, _) = run(q, q, 0, |i| i);
         for (a, b) in long.iter().zip(&short) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
         }
