@@ -3,13 +3,17 @@
 #   probe                      -> which peers import (numpy, jax, onnxruntime)
 #   matmul N REPS              -> numpy f32 n x n matmul, each rep's seconds
 #   jax_matmul N REPS          -> JAX jit f32 n x n matmul (block_until_ready), each rep's seconds
+#   mkl_matmul N REPS THREADS  -> oneMKL cblas_sgemm f32 n x n on THREADS threads, each rep's seconds
+#                                 (only with RLX_BENCH_MKL: the folders of libmkl_rt.so.2 and
+#                                 libiomp5.so, ':'-separated; see `mkl()`)
 #   jax_matmul_bf16 N REPS F32 -> JAX jit bf16 n x n matmul, result bf16 (F32 = 0) or f32 (1)
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
 #   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
 #                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
 #                                 seconds + the last token's normalized hidden state
-import json, sys, time, math
+import json, sys, time, math, os
+
 import numpy as np
 
 cache = {}
@@ -160,6 +164,34 @@ def ort_minilm(path, dirname, b, s, reps):
     return {'seconds': timed(lambda: sess.run(None, feed), reps)}
 
 
+_MKL = []
+
+
+def mkl():
+    """oneMKL's cblas_sgemm (row-major f32), loaded from the folders in RLX_BENCH_MKL (unpacked
+    `pip download mkl intel-openmp` wheels: no system install), or None. Its OpenMP threads
+    sleep right after a call (KMP_BLOCKTIME=0) instead of spinning into RLX's timed runs."""
+    if not _MKL:
+        import ctypes
+        dirs = [d for d in os.environ.get('RLX_BENCH_MKL', '').split(':') if d]
+        os.environ.setdefault('KMP_BLOCKTIME', '0')
+        lib = None
+        try:
+            for name in ('libiomp5.so', 'libmkl_rt.so.2'):
+                path = next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), None)
+                if path is None:
+                    raise OSError(f'{name} not in RLX_BENCH_MKL')
+                lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
+                                                             ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
+                                                             ctypes.c_void_p, ctypes.c_int]
+            lib.MKL_Set_Num_Threads.argtypes = [ctypes.c_int]
+        except (OSError, AttributeError):
+            lib = None
+        _MKL.append(lib)
+    return _MKL[0]
+
+
 def main():
     for line in sys.stdin:
         cmd = line.split()
@@ -173,6 +205,7 @@ def main():
                         m = __import__(mod); have[mod] = getattr(m, '__version__', '?')
                     except Exception as e:
                         have[mod] = None
+                have['mkl'] = 'oneMKL' if mkl() is not None else None
                 out = have
             elif cmd[0] == 'matmul':
                 n, reps = int(cmd[1]), int(cmd[2])
@@ -181,6 +214,24 @@ def main():
                     cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
                 a, b = cache[('mm', n)]
                 out = {'seconds': timed(lambda: a @ b, reps)}
+            elif cmd[0] == 'mkl_matmul':
+                n, reps, threads = int(cmd[1]), int(cmd[2]), int(cmd[3])
+                lib = mkl()
+                if lib is None:
+                    raise RuntimeError('oneMKL not found in RLX_BENCH_MKL')
+                lib.MKL_Set_Num_Threads(threads)
+                if ('mm', n) not in cache:
+                    rng = np.random.default_rng(0)
+                    cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
+                a, b = cache[('mm', n)]
+                c = np.empty((n, n), np.float32)
+                # Row-major (101), no transposes (111): C = A B.
+                run = lambda: lib.cblas_sgemm(101, 111, 111, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n,
+                                              0.0, c.ctypes.data, n)
+                run()
+                if not np.allclose(c[:4, :4], a[:4] @ b[:, :4], rtol=1e-4):
+                    raise RuntimeError('oneMKL sgemm disagrees with numpy')
+                out = {'seconds': timed(run, reps)}
             elif cmd[0] == 'jax_matmul':
                 import jax, jax.numpy as jnp
                 n, reps = int(cmd[1]), int(cmd[2])

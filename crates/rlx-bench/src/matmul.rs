@@ -1,5 +1,10 @@
 //! Square f32 matmul, n = 256 .. 4096: RLX's packed GEMM against candle, numpy and JAX (jit), interleaved
-//! round by round; GFLOP/s from the median run of each.
+//! round by round; GFLOP/s from the median run of each. oneMKL (Intel's BLAS, the strongest f32
+//! GEMM on Intel hosts) joins when `RLX_BENCH_MKL` names the folders holding `libmkl_rt.so.2`
+//! and `libiomp5.so`, e.g. from unpacked wheels (no system install):
+//! `pip download mkl intel-openmp --no-deps -d /tmp/mklwheel && mkdir -p /tmp/mklx && cd /tmp/mklx &&
+//! for w in /tmp/mklwheel/*.whl; do unzip -qo $w; done`, then
+//! `RLX_BENCH_MKL=$(dirname $(find /tmp/mklx -name libmkl_rt.so.2)):$(dirname $(find /tmp/mklx -name libiomp5.so))`.
 
 use crate::candle_peer::CandleMatmul;
 use crate::peers::PyPeers;
@@ -36,14 +41,15 @@ fn view<T>(x: &[T], n: usize) -> MatRef<T> {
 /// Prints one line per size: GFLOP/s of each and RLX over the best peer.
 pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
     println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
-    println!("| n | RLX | candle | numpy | JAX | RLX / best peer | FMA peak | RLX / peak | ping-pong ns |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| n | RLX | candle | numpy | JAX | oneMKL | RLX / best peer | FMA peak | RLX / peak | ping-pong ns |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let threads = rlx_cpu::threads::num_threads();
     for &n in sizes {
         let (a, b) = inputs(n, |x| x);
         let mut c = rlx_driver::huge_pages::vec(n * n, 0f32);
         let cm = CandleMatmul::new(n)?;
-        let (mut rlx, mut cand, mut np, mut jx, mut pp) = (Timer::default(), Timer::default(), vec![], vec![], vec![]);
+        let (mut rlx, mut cand, mut np, mut jx, mut mk, mut pp) =
+            (Timer::default(), Timer::default(), vec![], vec![], vec![], vec![]);
         // The FMA peak of the same threads, once per round (it moves with the clocks).
         let mut peak = vec![];
         let r = reps(n);
@@ -69,6 +75,9 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
             if let Some(p) = py.as_mut().filter(|p| p.has("jax")) {
                 jx.extend(PyPeers::ms(&p.ask(&format!("jax_matmul {n} {r}"))?));
             }
+            if let Some(p) = py.as_mut().filter(|p| p.has("mkl")) {
+                mk.extend(PyPeers::ms(&p.ask(&format!("mkl_matmul {n} {r} {threads}"))?));
+            }
         }
         let gf = |ms: f64| 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
         // `RLX_BENCH_TRACE=1`: every RLX run's GFLOP/s in order (shows rounds that ran slow).
@@ -76,14 +85,16 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
             eprintln!("{n}: RLX runs, GFLOP/s: {:?}", rlx.ms.iter().map(|&m| gf(m).round()).collect::<Vec<_>>());
         }
         let (g_rlx, g_c, g_np, g_jx) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)), gf(median(&jx)));
+        let g_mk = gf(median(&mk));
         // A missing peer is NaN: f64::max ignores it.
-        let best = g_c.max(g_np).max(g_jx);
+        let best = g_c.max(g_np).max(g_jx).max(g_mk);
         let show = |g: f64| if g.is_nan() { "skipped".to_string() } else { format!("{g:.1}") };
         let g_peak = median(&peak);
         println!(
-            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {:.3}x | {g_peak:.1} | {:.1}% | {:.0} |",
+            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {} | {:.3}x | {g_peak:.1} | {:.1}% | {:.0} |",
             show(g_np),
             show(g_jx),
+            show(g_mk),
             g_rlx / best,
             100.0 * g_rlx / g_peak,
             median(&pp)

@@ -36,7 +36,7 @@ fn wait_for(flag: &AtomicU64, value: u64) {
     let mut spins = 0u32;
     while flag.load(Ordering::Acquire) != value {
         spins += 1;
-        if spins % 4096 == 0 {
+        if spins.is_multiple_of(4096) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
