@@ -1,6 +1,6 @@
 //! The f32 FMA peak of the threads a product runs on, measured now: the clocks of a shared host
 //! move by 10% or more, so "% of peak" needs the peak from the same run (`rlx-bench matmul`,
-//! the `tile_probe` example).
+//! the `tile_probe` and `kernel_ceiling` examples).
 
 #[cfg(target_arch = "x86_64")]
 use std::time::Instant;

@@ -387,7 +387,7 @@ const GROUP_COLS: usize = 256;
 /// Bytes of A a task copies and keeps in L2 while the column groups pass by.
 const CHUNK_A_BYTES: usize = 512 << 10;
 /// Fewest row blocks in a chunk: each pass of B from L3 then serves at least two (past k = 4096,
-/// where one row block fills `CHUNK_A_BYTES`; two measured +28-37% at k = 5632 on one and two
+/// where one row block fills `CHUNK_A_BYTES`; two measured +26-37% at k = 5632 on two and one
 /// threads, and +3-15% at k = 8192).
 const MIN_CHUNK_BLOCKS: usize = 2;
 /// Bytes of B a column group spans: it stays in L2 while every row block of the task reads it
