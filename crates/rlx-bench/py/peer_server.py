@@ -164,6 +164,14 @@ def ort_minilm(path, dirname, b, s, reps):
     return {'seconds': timed(lambda: sess.run(None, feed), reps)}
 
 
+def square_inputs(n):
+    """The f32 n x n operands numpy's and oneMKL's matmuls share (made once per n)."""
+    if ('mm', n) not in cache:
+        rng = np.random.default_rng(0)
+        cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
+    return cache[('mm', n)]
+
+
 _MKL = []
 
 
@@ -209,10 +217,7 @@ def main():
                 out = have
             elif cmd[0] == 'matmul':
                 n, reps = int(cmd[1]), int(cmd[2])
-                if ('mm', n) not in cache:
-                    rng = np.random.default_rng(0)
-                    cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
-                a, b = cache[('mm', n)]
+                a, b = square_inputs(n)
                 out = {'seconds': timed(lambda: a @ b, reps)}
             elif cmd[0] == 'mkl_matmul':
                 n, reps, threads = int(cmd[1]), int(cmd[2]), int(cmd[3])
@@ -220,10 +225,7 @@ def main():
                 if lib is None:
                     raise RuntimeError('oneMKL not found in RLX_BENCH_MKL')
                 lib.MKL_Set_Num_Threads(threads)
-                if ('mm', n) not in cache:
-                    rng = np.random.default_rng(0)
-                    cache[('mm', n)] = (rng.random((n, n), np.float32), rng.random((n, n), np.float32))
-                a, b = cache[('mm', n)]
+                a, b = square_inputs(n)
                 c = np.empty((n, n), np.float32)
                 # Row-major (101), no transposes (111): C = A B.
                 run = lambda: lib.cblas_sgemm(101, 111, 111, n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n,
