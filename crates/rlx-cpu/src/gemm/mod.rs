@@ -36,6 +36,7 @@ pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 pub(crate) use blocked::{RowBands, even_span};
+use std::cell::RefCell;
 use std::sync::{Mutex, OnceLock};
 
 /// A strided matrix view: element (i, j) is at `ptr[i * rs + j * cs]`.
@@ -179,7 +180,34 @@ static BUF_F64: Slots<f64> = [const { Mutex::new((Vec::new(), Vec::new())) }; MA
 static SHARED_F32: Mutex<Vec<f32>> = Mutex::new(Vec::new());
 static SHARED_F64: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 
-fn with_slot<T, R>(slots: &Slots<T>, slot: usize, f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R) -> R {
+/// Packing buffers of a thread outside the pool (slot 0): callers on different threads never
+/// share, or wait on, each other's buffers.
+type LocalBufs<T> = std::thread::LocalKey<RefCell<(Vec<T>, Vec<T>)>>;
+
+thread_local! {
+    static LOCAL_F32: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static LOCAL_F64: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Runs `f` with the packing buffers of pool slot `slot`, or with this thread's own when it is
+/// not a pool worker (slot 0). Two user threads multiplying at once serialized on one shared
+/// slot before: two 512 x 1024 x 1024 products on two threads ran at one thread's speed.
+fn with_slot<T, R>(
+    slots: &Slots<T>,
+    local: &'static LocalBufs<T>,
+    slot: usize,
+    f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R,
+) -> R {
+    if slot == 0 {
+        return local.with(|l| match l.try_borrow_mut() {
+            Ok(mut g) => {
+                let (pa, pb) = &mut *g;
+                f(pa, pb)
+            }
+            // A nested product on this thread (an epilogue that multiplies): buffers of its own.
+            Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+        });
+    }
     let mut b = slots[slot % MAX_TASKS].lock().unwrap_or_else(|e| e.into_inner());
     let (pa, pb) = &mut *b;
     f(pa, pb)
@@ -216,7 +244,7 @@ impl GemmElem for f32 {
         K.get_or_init(|| choose(Self::kernels()))
     }
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<f32>, &mut Vec<f32>) -> R) -> R {
-        with_slot(&BUF_F32, slot, f)
+        with_slot(&BUF_F32, &LOCAL_F32, slot, f)
     }
     fn shared_b() -> Option<std::sync::MutexGuard<'static, Vec<f32>>> {
         try_shared(&SHARED_F32)
@@ -237,7 +265,7 @@ impl GemmElem for f64 {
         K.get_or_init(|| choose(Self::kernels()))
     }
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<f64>, &mut Vec<f64>) -> R) -> R {
-        with_slot(&BUF_F64, slot, f)
+        with_slot(&BUF_F64, &LOCAL_F64, slot, f)
     }
     fn shared_b() -> Option<std::sync::MutexGuard<'static, Vec<f64>>> {
         try_shared(&SHARED_F64)

@@ -330,3 +330,59 @@ fn stream_kernels_match_their_plain_form() {
     each::<f32>();
     each::<f64>();
 }
+
+/// Two threads outside the pool multiply at the same time, each on its own packing buffers:
+/// each product's epilogue waits (up to 20 s) for the other product to reach its epilogue too,
+/// which two products serialized on one buffer never do.
+#[test]
+fn callers_outside_the_pool_do_not_wait_on_each_other() {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+    // Tall enough that A is packed (not read in place): the packing buffers are in use.
+    let (m, n, k) = (300, 64, 256);
+    let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 - 2.0).collect();
+    let want = naive(
+        m,
+        n,
+        k,
+        &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+    );
+    let arrived = AtomicUsize::new(0);
+    let met = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut c = vec![0f32; m * n];
+                    let met = AtomicU32::new(0);
+                    let epi = |i0: usize, _: usize, j0: usize, _: usize| {
+                        if i0 + j0 > 0 || met.load(Ordering::Relaxed) > 0 {
+                            return;
+                        }
+                        // The first block of C: wait here for the other caller to arrive too.
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(20);
+                        while arrived.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                            std::thread::yield_now();
+                        }
+                        met.store(1 + u32::from(arrived.load(Ordering::SeqCst) >= 2), Ordering::Relaxed);
+                    };
+                    let (av, bv) = (
+                        MatRef { ptr: a.as_ptr(), rs: k as isize, cs: 1 },
+                        MatRef { ptr: b.as_ptr(), rs: n as isize, cs: 1 },
+                    );
+                    let cv = MatMut { ptr: c.as_mut_ptr(), rs: n as isize };
+                    // SAFETY: the views cover m x k, k x n and m x n; one thread, this caller's.
+                    unsafe { gemm_with(f32::kernel(), 1, m, n, k, av, BSrc::View(bv), cv, Some(&epi)) };
+                    for (x, y) in c.iter().zip(&want) {
+                        assert_eq!(*x as f64, *y);
+                    }
+                    met.load(Ordering::Relaxed) == 2
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("no panic")).collect::<Vec<_>>()
+    });
+    assert_eq!(met, [true, true], "the two products ran one after the other");
+}
