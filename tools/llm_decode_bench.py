@@ -6,8 +6,8 @@ GGUF file, same threads, alternating rounds.
   cargo build --release -p rlx-cli
   python3 tools/llm_decode_bench.py /tmp/bench-llama-q4_k_m.gguf --threads 2 --runs 3 --prefill 64 128
 
-Decode: both run a 16-token prompt, then 64 one-token decode steps with an F32 KV cache; the
-figure is the median over runs of decode steps per second. Prefill (`--prefill N ...`): one prompt
+Decode: both run a 16-token prompt (or `--context N` tokens), then 64 one-token decode steps with
+an F32 KV cache; the figure is the median over runs of decode steps per second. Prefill (`--prefill N ...`): one prompt
 of N tokens in one batch (llama.cpp: n_batch = n_ubatch = N), prompt tokens per second.
 """
 import argparse
@@ -23,9 +23,14 @@ PROMPT = [1] + list(range(300, 315))
 RLX = os.environ.get("RLX_BIN", str(ROOT / "target/release/rlx"))
 
 
-def rlx(model, threads, n):
+def prompt(context):
+    """The decode runs' prompt: the 16 fixed tokens, or `context` tokens (a long cache to attend to)."""
+    return PROMPT if context <= len(PROMPT) else [1 + (300 + i) % 30000 for i in range(context)]
+
+
+def rlx(model, threads, n, context=0):
     exe = RLX
-    ids = ",".join(map(str, PROMPT))
+    ids = ",".join(map(str, prompt(context)))
     out = subprocess.run([str(exe), "generate", "--threads", str(threads), "--model", model, "--prompt-ids", ids,
                           "--max-tokens", str(n + 1), "--temperature", "0", "--ignore-eos", "--json"],
                          check=True, capture_output=True, text=True).stdout
@@ -51,11 +56,12 @@ def llama_cpp_prefill(model, threads, n):
     return n / (time.perf_counter() - t0)
 
 
-def llama_cpp(model, threads, n):
+def llama_cpp(model, threads, n, context=0):
     from llama_cpp import Llama
-    llm = Llama(model_path=model, n_ctx=len(PROMPT) + n + 8, n_batch=64, n_threads=threads,
+    ids = prompt(context)
+    llm = Llama(model_path=model, n_ctx=len(ids) + n + 8, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False, type_k=0, type_v=0, flash_attn=False)
-    llm.eval(PROMPT)
+    llm.eval(ids)
     t0 = time.perf_counter()
     for i in range(n):
         llm.eval([300 + i % 10])
@@ -70,6 +76,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prefill", type=int, nargs="*", default=[], help="prompt lengths for prefill tok/s")
     ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--context", type=int, default=0,
+                    help="decode after a prompt of this many tokens (default: the 16-token prompt)")
     a = ap.parse_args()
     print(f"load before: {os.getloadavg()}")
     for n in a.prefill:
@@ -85,8 +93,8 @@ def main():
         return
     r, l = [], []
     for _ in range(a.runs):
-        r.append(rlx(a.model, a.threads, a.tokens))
-        l.append(llama_cpp(a.model, a.threads, a.tokens))
+        r.append(rlx(a.model, a.threads, a.tokens, a.context))
+        l.append(llama_cpp(a.model, a.threads, a.tokens, a.context))
     mr, ml = statistics.median(r), statistics.median(l)
     print(f"load: {os.getloadavg()}")
     print(f"rlx decode tok/s:       {mr:.2f}  (runs {', '.join(f'{x:.2f}' for x in r)})")

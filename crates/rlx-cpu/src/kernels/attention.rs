@@ -8,8 +8,12 @@
 //! Work items are (batch, head, query block); the pool hands them out dynamically, and each
 //! running item borrows one of `num_threads()` preallocated scratch slots. With f32 compute,
 //! AVX2 + FMA (x86_64) or NEON (aarch64) and several query rows (encoders, prefill), items take
-//! the chunked whole-row path of `dense.rs` instead of the online softmax over 64-key blocks.
+//! the chunked whole-row path of `dense.rs` instead of the online softmax over 64-key blocks;
+//! with fewer rows (decode) and AVX-512, f32 items take `decode512.rs` (`RLX_ATTN_DECODE512=0`
+//! turns it off, for comparisons).
 
+#[cfg(target_arch = "x86_64")]
+mod decode512;
 mod dense;
 #[cfg(target_arch = "x86_64")]
 mod dense512;
@@ -65,6 +69,8 @@ struct Geo {
     grouped: bool,
     /// Work items run the f32 whole-row path (`dense.rs`).
     dense: bool,
+    /// Work items run the AVX-512 few-rows path (`decode512.rs`).
+    decode512: bool,
     /// Element strides of (batch, head, position) in q, k, v and the output; the head dim is
     /// contiguous (`HeadLayout::strides`).
     qs: [usize; 3],
@@ -258,6 +264,7 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         qblocks: qd[2].div_ceil(BQ),
         grouped: qd[1] / kd[1] * qd[2] <= BQ,
         dense: false,
+        decode512: false,
         qs: l.strides(qd[1], qd[2], qd[3]),
         ks: l.strides(kd[1], kd[2], kd[3]),
         vs: l.strides(vd[1], vd[2], vd[3]),
@@ -265,6 +272,10 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     };
     let f32_compute = matches!(ctx.out.dtype, DType::F32 | DType::F16 | DType::BF16);
     g.dense = dense::applies(&g, f32_compute, avx2_fma());
+    #[cfg(target_arch = "x86_64")]
+    {
+        g.decode512 = decode512::applies(&g, f32_compute);
+    }
     let scale = op.scale;
     with_float!(ctx.out.dtype, T => Ok(build::<T>(g, scale)), else Err(unsupported(ctx)))
 }
@@ -448,6 +459,9 @@ fn item_with_new_scratch<T: Compute>(simd: bool, w: &Work<'_, T>, item: usize) {
 fn any_item<T: Compute>(simd: bool, w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
     if w.g.dense {
         dense::item::<T>(w, item, sc);
+    } else if w.g.decode512 {
+        #[cfg(target_arch = "x86_64")]
+        decode512::item::<T>(w, item, sc);
     } else {
         online::run_item::<T>(simd, w, item, sc);
     }

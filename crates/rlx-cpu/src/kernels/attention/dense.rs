@@ -29,21 +29,21 @@ pub(super) fn row_width(t: usize) -> usize {
 }
 
 /// `x` as f32 slices; `C` must be f32 (the only 4-byte `Real`).
-fn f32s<C: Real>(x: &[C]) -> &[f32] {
+pub(super) fn f32s<C: Real>(x: &[C]) -> &[f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: C is f32 (checked above), so the layout is identical.
     unsafe { std::slice::from_raw_parts(x.as_ptr() as *const f32, x.len()) }
 }
 
 /// f32 values seen as the compute type `C` (which `applies` made f32).
-fn c_of<C: Real>(x: &[f32]) -> &[C] {
+pub(super) fn c_of<C: Real>(x: &[f32]) -> &[C] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: C is f32 (the only 4-byte `Real`), so the layout is identical.
     unsafe { std::slice::from_raw_parts(x.as_ptr() as *const C, x.len()) }
 }
 
 /// `x` as mutable f32 slices; `C` must be f32.
-fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
+pub(super) fn f32s_mut<C: Real>(x: &mut [C]) -> &mut [f32] {
     assert_eq!(std::mem::size_of::<C>(), 4, "the dense attention path computes in f32");
     // SAFETY: as above.
     unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut f32, x.len()) }
