@@ -74,10 +74,28 @@ fn softmax_kernel<T: Compute>(ly: Lanes, log: bool) -> Kernel {
     let tasks = tasks_for(ly.count(), ly.len);
     let bufs = scratch::<T::C>(tasks, ly.len);
     let simd = avx2_fma();
+    // Softmax of contiguous f32 rows straight from x into y with AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    let wide =
+        !log && ly.inner == 1 && super::half_vec::cast::<T, f32>(&[]).is_some() && super::vec32::simd16::avx512();
     Box::new(move |b: &Bufs<'_>| {
         let x = b.input::<T>(0);
         let y = SharedMut(b.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                let (xs, lanes) =
+                    (super::half_vec::cast::<T, f32>(x).expect("T is f32"), share(task, tasks, ly.count()));
+                // SAFETY: tasks write disjoint row ranges of the output, which holds every row.
+                let out = unsafe { y.slice(lanes.start * ly.len, lanes.len() * ly.len) };
+                let out = super::half_vec::cast_mut::<T, f32>(out).expect("T is f32");
+                for (r, o) in out.chunks_exact_mut(ly.len.max(1)).enumerate() {
+                    let row = (lanes.start + r) * ly.len;
+                    // SAFETY: `wide` holds only where the CPU has AVX-512F.
+                    unsafe { super::vec32::simd16::softmax_row(&xs[row..row + ly.len], o) };
+                }
+                return;
+            }
             let mut buf = bufs[task].lock().unwrap_or_else(|e| e.into_inner());
             for l in share(task, tasks, ly.count()) {
                 let (s, st) = (ly.start(l), ly.inner);
