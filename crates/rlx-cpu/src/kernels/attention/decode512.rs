@@ -111,7 +111,7 @@ unsafe fn item_body<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T
 /// vectors interleaved and added, then pairs of those, then their 128-bit lanes.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) unsafe fn sum16(a: &[__m512; 16]) -> __m512 {
+unsafe fn sum16(a: &[__m512; 16]) -> __m512 {
     let x: [__m512; 8] = std::array::from_fn(|i| {
         _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]))
     });
