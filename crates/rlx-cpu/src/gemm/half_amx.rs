@@ -192,14 +192,16 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
     }
 }
 
-/// The 32 x 32 f32 block `A_rows * B_panels` over all of k into `out` (rows of 32): A rows
-/// `a` (row stride `k32` bf16), B panels `b0` and `b1` (pair rows of 64 bytes).
+/// The 32 x 32 f32 block `A_rows * B_panels` over `k32` values into `out` (rows of 32): A rows
+/// `a` (row stride `lda_elems` bf16), B panels `b0` and `b1` (pair rows of 64 bytes).
 ///
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
 /// `pf`: lines to ask into L2 along the way (`pf.1` from `pf.0`, a share per k step).
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn block(
     k32: usize,
+    lda_elems: usize,
     a: *const u16,
     b0: *const u16,
     b1: *const u16,
@@ -207,8 +209,8 @@ pub(crate) unsafe fn block(
     ldo: usize,
     pf: (*const u8, usize),
 ) {
-    let lda = k32 * 2;
-    let a1 = a.add(T * k32);
+    let lda = lda_elems * 2;
+    let a1 = a.add(T * lda_elems);
     let per_step = pf.1.div_ceil((k32 / KT).max(1));
     asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack));
     for kk in (0..k32).step_by(KT) {
@@ -256,7 +258,15 @@ pub(crate) unsafe fn block(
 ///
 /// # Safety
 /// As `block`; A needs only 16 rows.
-pub(crate) unsafe fn block16(k32: usize, a: *const u16, b0: *const u16, b1: *const u16, out: *mut f32, ldo: usize) {
+pub(crate) unsafe fn block16(
+    k32: usize,
+    lda_elems: usize,
+    a: *const u16,
+    b0: *const u16,
+    b1: *const u16,
+    out: *mut f32,
+    ldo: usize,
+) {
     asm!("tilezero tmm0", "tilezero tmm1", options(nostack));
     for kk in (0..k32).step_by(KT) {
         asm!(
@@ -268,7 +278,7 @@ pub(crate) unsafe fn block16(k32: usize, a: *const u16, b0: *const u16, b1: *con
             a0 = in(reg) a.add(kk),
             b0 = in(reg) b0.add(kk * T),
             b1 = in(reg) b1.add(kk * T),
-            lda = in(reg) k32 * 2,
+            lda = in(reg) lda_elems * 2,
             ldb = in(reg) 64usize,
             options(nostack, readonly),
         );
@@ -449,7 +459,7 @@ unsafe fn rows(
                 let at = out.as_mut_ptr().add((cb - g0) * 2 * T);
                 let l0 = (from + (cb - g0) * per_block).min(to);
                 let pf = (next_at.add(l0 * 64), per_block.min(to - l0));
-                block(k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS, pf);
+                block(k32, k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS, pf);
             }
             for r in 0..(2 * T).min(m - i0) {
                 let row = &mut out[r * GROUP_COLS..r * GROUP_COLS + w];
