@@ -237,8 +237,9 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
     inv: Vec<f64>,
 ) -> Kernel {
     let half = d / 2;
-    // cos/sin per (position row, frequency), recomputed only when the positions change.
-    let mut table = vec![(T::C::ZERO, T::C::ZERO); s * half];
+    // cos and sin per (position row, frequency), recomputed only when the positions change: one
+    // table after the other, so the rotation loop reads both as plain vectors.
+    let mut table = vec![T::C::ZERO; 2 * s * half];
     let mut last: Vec<i64> = vec![0; s];
     let mut fresh = false;
     let rows = numel / d.max(1);
@@ -253,12 +254,12 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
             let chunks = if s * half < PAR_MIN / 16 { 1 } else { num_threads().min(s) };
             parallel_for(chunks, &|c| {
                 for i in share(c, chunks, s) {
-                    // SAFETY: chunks cover disjoint positions, so disjoint rows of the table.
-                    let row = unsafe { tab.slice(i * half, half) };
-                    for (t, f) in row.iter_mut().zip(&inv) {
+                    // SAFETY: chunks cover disjoint positions, so disjoint rows of both tables.
+                    let (cos, sin) = unsafe { (tab.slice(i * half, half), tab.slice((s + i) * half, half)) };
+                    for ((co, si), f) in cos.iter_mut().zip(sin.iter_mut()).zip(&inv) {
                         // Angles in f64 (exact for any position), as the reference.
                         let a = last[i] as f64 * f;
-                        *t = (T::C::from_f64(a.cos()), T::C::from_f64(a.sin()));
+                        (*co, *si) = (T::C::from_f64(a.cos()), T::C::from_f64(a.sin()));
                     }
                 }
             });
@@ -269,13 +270,14 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
         parallel_for(tasks, &|task| {
             for r in share(task, tasks, rows) {
                 let at = r / per_pos % s;
-                let (xr, cs) = (&x[r * d..(r + 1) * d], &table[at * half..(at + 1) * half]);
+                let (cos, sin) = (&table[at * half..(at + 1) * half], &table[(s + at) * half..(s + at + 1) * half]);
+                let (x1, x2) = x[r * d..(r + 1) * d].split_at(half);
                 // SAFETY: rows are disjoint, each task writes only its own rows.
-                let yr = unsafe { y.slice(r * d, d) };
-                for (i, &(c, sn)) in cs.iter().enumerate() {
-                    let (x1, x2) = (xr[i].load(), xr[i + half].load());
-                    yr[i] = T::store(x1 * c - x2 * sn);
-                    yr[i + half] = T::store(x2 * c + x1 * sn);
+                let (y1, y2) = unsafe { y.slice(r * d, d) }.split_at_mut(half);
+                for i in 0..half {
+                    let (a, b, c, sn) = (x1[i].load(), x2[i].load(), cos[i], sin[i]);
+                    y1[i] = T::store(a * c - b * sn);
+                    y2[i] = T::store(b * c + a * sn);
                 }
             }
         });
