@@ -23,12 +23,25 @@ pub use shares::parallel_for;
 pub fn num_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
-        std::env::var("RLX_NUM_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+        env_number("RLX_NUM_THREADS", 1, all as u64, "every CPU this process may use") as usize
     })
+}
+
+/// The whole number in environment variable `name`, `default` when it is unset; a value that is
+/// not a whole number of at least `min` is reported on stderr (once: callers cache the result)
+/// and `default` used, so a typo never goes unnoticed.
+fn env_number(name: &str, min: u64, default: u64, what: &str) -> u64 {
+    let Ok(raw) = std::env::var(name) else { return default };
+    parse_at_least(&raw, min).unwrap_or_else(|| {
+        eprintln!("rlx: {name}={raw:?} is not a whole number of at least {min}; using {default} ({what})");
+        default
+    })
+}
+
+/// `raw` (surrounding spaces allowed) as a whole number of at least `min`.
+fn parse_at_least(raw: &str, min: u64) -> Option<u64> {
+    raw.trim().parse::<u64>().ok().filter(|&n| n >= min)
 }
 
 type Task = dyn Fn(usize) + Sync;
@@ -38,7 +51,7 @@ type Task = dyn Fn(usize) + Sync;
 /// that runs more threads than it has cores).
 fn spin_limit() -> std::time::Duration {
     static US: OnceLock<u64> = OnceLock::new();
-    let us = *US.get_or_init(|| std::env::var("RLX_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(50));
+    let us = *US.get_or_init(|| env_number("RLX_SPIN_US", 0, 50, "the default"));
     std::time::Duration::from_micros(us)
 }
 
@@ -244,6 +257,16 @@ pub fn parallel_for_dynamic(tasks: usize, f: &(impl Fn(usize) + Sync)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_counts_and_spins_parse_as_whole_numbers_above_their_minimum() {
+        assert_eq!(parse_at_least("4", 1), Some(4));
+        assert_eq!(parse_at_least(" 2 ", 1), Some(2));
+        assert_eq!(parse_at_least("0", 0), Some(0));
+        for bad in ["0", "-1", "two", "", "1.5", "4 threads"] {
+            assert_eq!(parse_at_least(bad, 1), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn every_task_runs_once_even_from_several_callers() {
