@@ -161,8 +161,8 @@ unsafe fn online_softmax(row: &mut [f32], m: &mut f32, l: &mut f32, o: &mut [f32
     let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     let mask = |j: usize| (((1u64 << (n - j).min(16)) - 1) as u16) as __mmask16;
     let mut vm = ninf;
-    // NaN lanes: max_ps returns its second operand when either is NaN, so a NaN survives here
-    // and again in the scalar fold below.
+    // A NaN score drops out of the max (max_ps returns its second operand, the running max, when
+    // either is NaN), but its exp is NaN, so the row's sum and then the whole row become NaN.
     for j in (0..n).step_by(16) {
         vm = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, mask(j), row.as_ptr().add(j)), vm);
     }
