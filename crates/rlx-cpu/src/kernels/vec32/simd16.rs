@@ -94,7 +94,8 @@ unsafe fn lanes(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m512) -> 
 /// Softmax of one contiguous row `x` into `out` (the same length): max, then `exp(x - max)`
 /// and its sum, then a scale by 1 / sum. A row of -inf gives NaN, and a NaN anywhere makes the
 /// row NaN (through the sum), as `nn::softmax_lane`. The portable lane loop ran at 1.2 ns per
-/// element on a Xeon core (128-wide rows); this one at a third of that.
+/// element on a Xeon core (128-wide rows); the softmax op on [12, 128, 128] went from 0.345 to
+/// 0.165 ms with this routine (2 threads, input and output copies included).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `out` holds `x.len()` elements.
