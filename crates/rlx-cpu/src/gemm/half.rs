@@ -41,32 +41,20 @@ fn pack_sizes(m: usize, n: usize, k: usize, packed_b: bool) -> (usize, usize) {
 }
 
 /// Grows a pair of packing buffers to the sizes `pack_sizes` gives (never shrinks them).
-fn grow(g: &mut (Vec<f32>, Vec<f32>), (na, nb): (usize, usize)) {
-    if g.0.len() < na {
-        g.0.resize(na, 0.0);
+fn grow(a: &mut Vec<f32>, b: &mut Vec<f32>, (na, nb): (usize, usize)) {
+    if a.len() < na {
+        a.resize(na, 0.0);
     }
-    if g.1.len() < nb {
-        g.1.resize(nb, 0.0);
+    if b.len() < nb {
+        b.resize(nb, 0.0);
     }
 }
 
-/// Runs `f` with this thread's packing buffers, grown to `sizes`.
+/// Runs `f` with this thread's packing buffers (`super::with_slot`), grown to `sizes`.
 fn with_pack<R>(sizes: (usize, usize), f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
-    let slot = threads::slot();
-    if slot > 0 {
-        let mut g = PACK[slot % SLOTS].lock().unwrap_or_else(|e| e.into_inner());
-        grow(&mut g, sizes);
-        let (a, b) = &mut *g;
-        return f(a, b);
-    }
-    LOCAL.with(|l| match l.try_borrow_mut() {
-        Ok(mut g) => {
-            grow(&mut g, sizes);
-            let (a, b) = &mut *g;
-            f(a, b)
-        }
-        // A nested call on this thread (never from the kernels): buffers of its own.
-        Err(_) => f(&mut vec![0.0; sizes.0], &mut vec![0.0; sizes.1]),
+    super::with_slot(&PACK, &LOCAL, threads::slot(), |a, b| {
+        grow(a, b, sizes);
+        f(a, b)
     })
 }
 
@@ -75,9 +63,9 @@ fn with_pack<R>(sizes: (usize, usize), f: impl FnOnce(&mut [f32], &mut [f32]) ->
 pub fn reserve_all(m: usize, n: usize, k: usize, packed_b: bool) {
     if m >= 4 {
         let sizes = pack_sizes(m, n, k, packed_b);
-        (1..=threads::num_threads().min(SLOTS - 1))
-            .for_each(|s| grow(&mut PACK[s].lock().unwrap_or_else(|e| e.into_inner()), sizes));
-        LOCAL.with(|l| l.try_borrow_mut().map(|mut g| grow(&mut g, sizes)).unwrap_or(()));
+        // Slot 0: this thread's own buffers.
+        (0..=threads::num_threads().min(SLOTS - 1))
+            .for_each(|s| super::with_slot(&PACK, &LOCAL, s, |a, b| grow(a, b, sizes)));
     }
 }
 

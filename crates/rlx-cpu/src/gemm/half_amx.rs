@@ -193,16 +193,15 @@ unsafe fn pack_a(a: MatRef<bf16>, i0: usize, m: usize, k: usize, k32: usize, out
 }
 
 /// The 32 x 32 f32 block `A_rows * B_panels` over `k32` values into `out` (rows of 32): A rows
-/// `a` (row stride `lda_elems` bf16), B panels `b0` and `b1` (pair rows of 64 bytes).
+/// from `a` (its first row and row stride in bf16), B panels `b0` and `b1` (pair rows of 64
+/// bytes).
 ///
 /// # Safety
 /// AMX is `available()` and this thread loaded `Config`; the buffers hold what is said above.
 /// `pf`: lines to ask into L2 along the way (`pf.1` from `pf.0`, a share per k step).
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn block(
     k32: usize,
-    lda_elems: usize,
-    a: *const u16,
+    (a, lda_elems): (*const u16, usize),
     b0: *const u16,
     b1: *const u16,
     out: *mut f32,
@@ -260,8 +259,7 @@ pub(crate) unsafe fn block(
 /// As `block`; A needs only 16 rows.
 pub(crate) unsafe fn block16(
     k32: usize,
-    lda_elems: usize,
-    a: *const u16,
+    (a, lda_elems): (*const u16, usize),
     b0: *const u16,
     b1: *const u16,
     out: *mut f32,
@@ -459,7 +457,7 @@ unsafe fn rows(
                 let at = out.as_mut_ptr().add((cb - g0) * 2 * T);
                 let l0 = (from + (cb - g0) * per_block).min(to);
                 let pf = (next_at.add(l0 * 64), per_block.min(to - l0));
-                block(k32, k32, pa.as_ptr().add(q * block_len), b0, b1, at, GROUP_COLS, pf);
+                block(k32, (pa.as_ptr().add(q * block_len), k32), b0, b1, at, GROUP_COLS, pf);
             }
             for r in 0..(2 * T).min(m - i0) {
                 let row = &mut out[r * GROUP_COLS..r * GROUP_COLS + w];

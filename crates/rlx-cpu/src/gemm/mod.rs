@@ -182,18 +182,19 @@ static SHARED_F64: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 
 /// Packing buffers of a thread outside the pool (slot 0): callers on different threads never
 /// share, or wait on, each other's buffers.
-type LocalBufs<T> = std::thread::LocalKey<RefCell<(Vec<T>, Vec<T>)>>;
+pub(crate) type LocalBufs<T> = std::thread::LocalKey<RefCell<(Vec<T>, Vec<T>)>>;
 
 thread_local! {
     static LOCAL_F32: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     static LOCAL_F64: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Runs `f` with the packing buffers of pool slot `slot`, or with this thread's own when it is
-/// not a pool worker (slot 0). Two user threads multiplying at once serialized on one shared
-/// slot before: two 512 x 1024 x 1024 products on two threads ran at one thread's speed.
-fn with_slot<T, R>(
-    slots: &Slots<T>,
+/// Runs `f` with the packing buffers of pool slot `slot` (of `slots`, one per pool worker), or
+/// with this thread's own (`local`) when it is not a pool worker (slot 0). Two user threads
+/// multiplying at once serialized on one shared slot before: two 512 x 1024 x 1024 products on
+/// two threads ran at one thread's speed.
+pub(crate) fn with_slot<T, R>(
+    slots: &[Mutex<(Vec<T>, Vec<T>)>],
     local: &'static LocalBufs<T>,
     slot: usize,
     f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R,
@@ -208,7 +209,7 @@ fn with_slot<T, R>(
             Err(_) => f(&mut Vec::new(), &mut Vec::new()),
         });
     }
-    let mut b = slots[slot % MAX_TASKS].lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = slots[slot % slots.len()].lock().unwrap_or_else(|e| e.into_inner());
     let (pa, pb) = &mut *b;
     f(pa, pb)
 }

@@ -147,6 +147,17 @@ impl Spans {
         self.plain[r].then_some((lo as usize, (hi_k as usize).max(lo as usize)))
     }
 
+    /// The keys `[lo, hi)` row (batch `bi`, head `hi`, query `i`) may see under the built-in mask,
+    /// narrowed to the custom mask's span when that mask row is plain; and whether it is (the
+    /// kernels then need not read the mask row).
+    fn row_keys(&self, g: &Geo, bi: usize, hi: usize, i: usize) -> ((usize, usize), bool) {
+        let (lo, hi_k) = g.key_range(i, i + 1);
+        match self.plain_row(g, bi, hi, i) {
+            Some((a, b)) => ((lo.max(a), hi_k.min(b)), true),
+            None => ((lo, hi_k), false),
+        }
+    }
+
     /// The union of the spans of the item's rows, or all keys without a mask.
     fn union(&self, g: &Geo, it: &Item) -> (usize, usize) {
         if self.rows.is_empty() {

@@ -72,12 +72,12 @@ fn softmax(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 
 fn softmax_kernel<T: Compute>(ly: Lanes, log: bool) -> Kernel {
     let tasks = tasks_for(ly.count(), ly.len);
-    let bufs = scratch::<T::C>(tasks, ly.len);
     let simd = avx2_fma();
-    // Softmax of contiguous f32 rows straight from x into y with AVX-512.
-    #[cfg(target_arch = "x86_64")]
+    // Softmax of contiguous f32 rows straight from x into y with AVX-512 (x86-64 only: `avx512()`
+    // is false elsewhere); the other cases copy each lane through a scratch buffer.
     let wide =
         !log && ly.inner == 1 && super::half_vec::cast::<T, f32>(&[]).is_some() && super::vec32::simd16::avx512();
+    let bufs = scratch::<T::C>(tasks, if wide { 0 } else { ly.len });
     Box::new(move |b: &Bufs<'_>| {
         let x = b.input::<T>(0);
         let y = SharedMut(b.output::<T>().as_mut_ptr());

@@ -64,17 +64,13 @@ unsafe fn item_body<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T
             let row = &mut p[r * BK..r * BK + nk];
             // Built-in masks hide the keys outside [vlo, vhi) of this row; a custom mask row that
             // only hides keys outside its span narrows the range and is not read.
-            let (mut vlo, mut vhi) = g.key_range(i, i + 1);
-            let plain = spans.plain_row(g, bi, hi, i);
-            if let Some((a, b)) = plain {
-                (vlo, vhi) = (vlo.max(a), vhi.min(b));
-            }
+            let ((vlo, vhi), plain) = spans.row_keys(g, bi, hi, i);
             let (a, b) = (vlo.clamp(j0, j0 + nk) - j0, vhi.clamp(j0, j0 + nk) - j0);
             row[..a].fill(f32::NEG_INFINITY);
             row[b.max(a)..].fill(f32::NEG_INFINITY);
             let mrow = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2] + j0 * g.ms[3];
             match mask {
-                _ if plain.is_some() => {}
+                _ if plain => {}
                 Mask::Bool(mk) => {
                     for (jj, x) in row.iter_mut().enumerate() {
                         if mk[mrow + jj * g.ms[3]] == 0 {

@@ -238,17 +238,13 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
             // Built-in masks hide the keys outside [vlo, vhi) of this row; so does a custom mask
             // row that only hides keys outside its span (the LLM graphs' causal masks), which is
             // then not read at all.
-            let (mut vlo, mut vhi) = g.key_range(i, i + 1);
-            let plain = spans.plain_row(g, bi, hi, i);
-            if let Some((lo, hi_k)) = plain {
-                (vlo, vhi) = (vlo.max(lo), vhi.min(hi_k));
-            }
+            let ((vlo, vhi), plain) = spans.row_keys(g, bi, hi, i);
             let (a, b) = (vlo.clamp(c0, c1) - c0, vhi.clamp(c0, c1).max(vlo.clamp(c0, c1)) - c0);
             let p = &mut sc.p[r * pw..r * pw + n16];
             let mrow = bi * g.ms[0] + hi * g.ms[1] + i * g.ms[2] + c0 * g.ms[3];
             let mut hide = None;
             match mask {
-                _ if plain.is_some() => {}
+                _ if plain => {}
                 Mask::Bool(m) if g.ms[3] == 1 => hide = Some(&m[mrow + a..mrow + b]),
                 Mask::Bool(m) => {
                     for (jj, x) in p.iter_mut().enumerate().take(b).skip(a) {

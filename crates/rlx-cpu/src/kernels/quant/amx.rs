@@ -113,14 +113,14 @@ pub unsafe fn gemm(
                     let (b0, b1) = (panels[2 * q * plen..].as_ptr(), panels[(2 * q + 1) * plen..].as_ptr());
                     let short = m - i0 <= T;
                     if !short && i0 + 2 * T <= m && j + 2 * T <= n {
-                        block(k, ka, ab, b0, b1, y.at(i0 * n + j), n, (std::ptr::null(), 0));
+                        block(k, (ab, ka), b0, b1, y.at(i0 * n + j), n, (std::ptr::null(), 0));
                     } else {
                         // An edge block: sums into a buffer, the part inside y copied out (16 rows
                         // of tiles where at most 16 are left).
                         if short {
-                            block16(k, ka, ab, b0, b1, edge.0.as_mut_ptr(), 2 * T);
+                            block16(k, (ab, ka), b0, b1, edge.0.as_mut_ptr(), 2 * T);
                         } else {
-                            block(k, ka, ab, b0, b1, edge.0.as_mut_ptr(), 2 * T, (std::ptr::null(), 0));
+                            block(k, (ab, ka), b0, b1, edge.0.as_mut_ptr(), 2 * T, (std::ptr::null(), 0));
                         }
                         for r in 0..(m - i0).min(2 * T) {
                             let w = (n - j).min(2 * T);
