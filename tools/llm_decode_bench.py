@@ -7,8 +7,10 @@ GGUF file, same threads, alternating rounds.
   python3 tools/llm_decode_bench.py /tmp/bench-llama-q4_k_m.gguf --threads 2 --runs 3 --prefill 64 128
 
 Decode: both run a 16-token prompt (or `--context N` tokens), then 64 one-token decode steps with
-an F32 KV cache; the figure is the median over runs of decode steps per second. Prefill (`--prefill N ...`): one prompt
-of N tokens in one batch (llama.cpp: n_batch = n_ubatch = N), prompt tokens per second.
+the same KV cache dtype (`--kv-dtype`, default f16: both sides' default); the figure is the median
+over runs of decode steps per second. Prefill (`--prefill N ...`): one prompt of N tokens in one
+batch (llama.cpp: n_batch = n_ubatch = N), prompt tokens per second. `--flash-attn` turns on
+llama.cpp's flash attention (off by default, as in llama-cpp-python).
 """
 import argparse
 import json
@@ -21,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = [1] + list(range(300, 315))
 RLX = os.environ.get("RLX_BIN", str(ROOT / "target/release/rlx"))
+# The KV cache dtype of both sides (--kv-dtype) and llama.cpp's flash attention (--flash-attn).
+KV = {"kv": "f16", "fa": False}
+GGML_TYPE = {"f32": 0, "f16": 1, "bf16": 30}
 
 
 def prompt(context):
@@ -32,7 +37,7 @@ def rlx(model, threads, n, context=0):
     exe = RLX
     ids = ",".join(map(str, prompt(context)))
     out = subprocess.run([str(exe), "generate", "--threads", str(threads), "--model", model, "--prompt-ids", ids,
-                          "--max-tokens", str(n + 1), "--temperature", "0", "--ignore-eos", "--json"],
+                          "--max-tokens", str(n + 1), "--temperature", "0", "--ignore-eos", "--json", "--kv-dtype", KV["kv"]],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["decode_tok_s"]
 
@@ -41,7 +46,7 @@ def rlx_prefill(model, threads, n):
     exe = RLX
     ids = ",".join(str(1 + (300 + i) % 30000) for i in range(n))
     out = subprocess.run([str(exe), "generate", "--threads", str(threads), "--model", model, "--prompt-ids", ids,
-                          "--max-tokens", "1", "--temperature", "0", "--ignore-eos", "--json"],
+                          "--max-tokens", "1", "--temperature", "0", "--ignore-eos", "--json", "--kv-dtype", KV["kv"]],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["prefill_tok_s"]
 
@@ -49,7 +54,8 @@ def rlx_prefill(model, threads, n):
 def llama_cpp_prefill(model, threads, n):
     from llama_cpp import Llama
     llm = Llama(model_path=model, n_ctx=n + 8, n_batch=n, n_ubatch=n, n_threads=threads,
-                n_threads_batch=threads, verbose=False, type_k=0, type_v=0, flash_attn=False)
+                n_threads_batch=threads, verbose=False, type_k=GGML_TYPE[KV["kv"]], type_v=GGML_TYPE[KV["kv"]],
+                flash_attn=KV["fa"])
     ids = [1 + (300 + i) % 30000 for i in range(n)]
     t0 = time.perf_counter()
     llm.eval(ids)
@@ -60,7 +66,8 @@ def llama_cpp(model, threads, n, context=0):
     from llama_cpp import Llama
     ids = prompt(context)
     llm = Llama(model_path=model, n_ctx=len(ids) + n + 8, n_batch=512, n_threads=threads,
-                n_threads_batch=threads, verbose=False, type_k=0, type_v=0, flash_attn=False)
+                n_threads_batch=threads, verbose=False, type_k=GGML_TYPE[KV["kv"]], type_v=GGML_TYPE[KV["kv"]],
+                flash_attn=KV["fa"])
     llm.eval(ids)
     t0 = time.perf_counter()
     for i in range(n):
@@ -78,8 +85,11 @@ def main():
     ap.add_argument("--no-decode", action="store_true")
     ap.add_argument("--context", type=int, default=0,
                     help="decode after a prompt of this many tokens (default: the 16-token prompt)")
+    ap.add_argument("--kv-dtype", choices=sorted(GGML_TYPE), default="f16", help="KV cache dtype of both sides")
+    ap.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention on")
     a = ap.parse_args()
-    print(f"load before: {os.getloadavg()}")
+    KV.update(kv=a.kv_dtype, fa=a.flash_attn)
+    print(f"load before: {os.getloadavg()}; KV cache {a.kv_dtype}, llama.cpp flash attention {a.flash_attn}")
     for n in a.prefill:
         r, l = [], []
         for _ in range(a.runs):

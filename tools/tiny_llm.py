@@ -16,6 +16,8 @@ committed): the tests read the F16 file, whose weights are exactly those values.
 
 `tiny_llm.py --long-reference` writes only qwen3k-q4_k_m-long.json and qwen3-f32-long.json: the
 committed models with a 56-token prompt (the batched prefill kernels, two attention query blocks).
+`tiny_llm.py --f16-cache-reference` writes only qwen3-f32-long-kvf16.json: the same F32 Qwen3
+run with llama.cpp's default f16 KV cache.
 `tiny_llm.py --bench PATH` instead writes a bigger random Llama-shaped Q4_K_M file to PATH (for
 the decode tok/s comparison; not committed).
 """
@@ -229,15 +231,16 @@ def quantize(src, dst, ftype):
         raise SystemExit(f"llama_model_quantize({src} -> {dst}) failed: {rc}")
 
 
-def load(path):
+def load(path, kv_type=0):
     from llama_cpp import Llama
-    # F32 KV cache and no flash attention: the cache then holds exactly the computed K and V.
+    # F32 KV cache (kv_type 0) and no flash attention: the cache then holds exactly the computed
+    # K and V; kv_type 1 keeps it in f16, llama.cpp's default.
     return Llama(model_path=str(path), n_ctx=128, n_batch=128, n_threads=1, logits_all=True, verbose=False,
-                 type_k=0, type_v=0, flash_attn=False)
+                 type_k=kv_type, type_v=kv_type, flash_attn=False)
 
 
-def reference(path, prompt_ids):
-    llm = load(path)
+def reference(path, prompt_ids, kv_type=0):
+    llm = load(path, kv_type)
     llm.reset()
     llm.eval(prompt_ids)
     logits = np.array(llm.scores[: len(prompt_ids)], dtype=np.float32)
@@ -278,9 +281,24 @@ def long_reference():
             print(f"wrote {OUT / (name + '.json')}")
 
 
+def f16_cache_reference():
+    """qwen3-f32-long-kvf16.json: the 56-token prompt of qwen3-f32-long through the F32 copy of
+    the F16 Qwen3 model, with llama.cpp's default f16 KV cache."""
+    with tempfile.TemporaryDirectory() as d:
+        f32 = Path(d) / "qwen3-f32.gguf"
+        to_f32(OUT / "qwen3-f16.gguf", f32)
+        vocab = load(f32).n_vocab()
+        ids = [1] + [(7 * i + 3) % (vocab - 10) + 5 for i in range(55)]
+        out = OUT / "qwen3-f32-long-kvf16.json"
+        out.write_text(json.dumps(reference(f32, ids, kv_type=1)) + "\n")
+        print(f"wrote {out}")
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "--long-reference":
         return long_reference()
+    if len(sys.argv) == 2 and sys.argv[1] == "--f16-cache-reference":
+        return f16_cache_reference()
     if len(sys.argv) == 3 and sys.argv[1] == "--bench":
         dst = Path(sys.argv[2])
         with tempfile.TemporaryDirectory() as d:

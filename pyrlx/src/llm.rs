@@ -29,7 +29,22 @@ pub struct PyLlm {
     vocab: usize,
     context_length: usize,
     fixed_ctx: Option<usize>,
+    kv_dtype: Option<rlx_ir::DType>,
     slot: Mutex<Slot>,
+}
+
+/// The model in `path` with `ctx` cache slots, its cache in `kv_dtype` (else the device's default).
+fn load(
+    path: &std::path::Path,
+    device: Device,
+    ctx: usize,
+    kv_dtype: Option<rlx_ir::DType>,
+) -> rlx_ir::Result<LlmModel> {
+    let m = LlmModel::load(path, device, ctx)?;
+    match kv_dtype {
+        Some(dt) => m.with_kv_dtype(dt),
+        None => Ok(m),
+    }
 }
 
 impl PyLlm {
@@ -50,7 +65,7 @@ impl PyLlm {
             return Ok(());
         }
         let ctx = need.next_power_of_two().max(256).min(self.context_length).max(need);
-        slot.model = guard("LLM", || LlmModel::load(&self.path, self.device, ctx).py())?;
+        slot.model = guard("LLM", || load(&self.path, self.device, ctx, self.kv_dtype).py())?;
         Ok(())
     }
 }
@@ -60,11 +75,30 @@ impl PyLlm {
     /// Loads the GGUF model in `path` for `device` (checks every weight up front). `threads`
     /// sets the process-wide CPU thread pool size, which is fixed once RLX first computes;
     /// `ctx` fixes the cache size in tokens (default: grown as generation needs it, which
-    /// reloads the weights once per growth).
+    /// reloads the weights once per growth); `kv_dtype` keeps the cache in "f16" (the CPU's
+    /// default, as llama.cpp's), "bf16" or "f32".
     #[new]
-    #[pyo3(signature = (path, device = "cpu", threads = None, ctx = None))]
-    fn new(py: Python<'_>, path: PathBuf, device: &str, threads: Option<i64>, ctx: Option<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (path, device = "cpu", threads = None, ctx = None, kv_dtype = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        device: &str,
+        threads: Option<i64>,
+        ctx: Option<i64>,
+        kv_dtype: Option<&str>,
+    ) -> PyResult<Self> {
         let d = device_arg(device)?;
+        let kv_dtype = match kv_dtype {
+            None => None,
+            Some("f32") => Some(rlx_ir::DType::F32),
+            Some("f16") => Some(rlx_ir::DType::F16),
+            Some("bf16") => Some(rlx_ir::DType::BF16),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "kv_dtype must be \"f32\", \"f16\" or \"bf16\", got {other:?}"
+                )));
+            }
+        };
         if let Some(n) = threads {
             set_threads(n)?;
         }
@@ -80,7 +114,7 @@ impl PyLlm {
                     .py()?;
                 let tok = GgufTokenizer::from_gguf(file.gguf(), &p).py()?;
                 drop(file);
-                let model = LlmModel::load(&path, d, fixed_ctx.unwrap_or(INITIAL_CTX)).py()?;
+                let model = load(&path, d, fixed_ctx.unwrap_or(INITIAL_CTX), kv_dtype).py()?;
                 Ok((tok, model))
             })
         })?;
@@ -95,7 +129,7 @@ impl PyLlm {
             return Err(PyValueError::new_err(format!("ctx {c} exceeds the model's context length {context_length}")));
         }
         let slot = Mutex::new(Slot { model, run: 0 });
-        Ok(PyLlm { path, device: d, tok, vocab, context_length, fixed_ctx, slot })
+        Ok(PyLlm { path, device: d, tok, vocab, context_length, fixed_ctx, kv_dtype, slot })
     }
 
     /// The number of token ids.

@@ -15,8 +15,9 @@ _cache = {}
 
 
 def model(name):
+    # llama.cpp's references ran with an f32 KV cache.
     if name not in _cache:
-        _cache[name] = LLM(os.path.join(FIX, name + ".gguf"))
+        _cache[name] = LLM(os.path.join(FIX, name + ".gguf"), kv_dtype="f32")
     return _cache[name]
 
 
@@ -52,6 +53,8 @@ def test_cache_size_does_not_change_tokens():
     assert len(g.tokens) == 200 and g.tokens[:n] == r["greedy"]
     with pytest.raises(ValueError, match="ctx"):
         LLM(os.path.join(FIX, "qwen3-f16.gguf"), ctx=0)
+    with pytest.raises(ValueError, match="kv_dtype"):
+        LLM(os.path.join(FIX, "qwen3-f16.gguf"), kv_dtype="q8")
     with pytest.raises(ValueError, match="ctx"):
         LLM(os.path.join(FIX, "qwen3-f16.gguf"), ctx=257)
 

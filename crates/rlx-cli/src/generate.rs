@@ -43,6 +43,10 @@ pub struct GenerateArgs {
     /// Keep going past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
+    /// The KV cache's dtype (GGUF models): f16 (the default on the CPU, as llama.cpp's), bf16 or
+    /// f32. Half precision halves the cache's memory and what each decode step reads.
+    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
+    kv_dtype: Option<String>,
     /// Print one JSON object {"tokens", "text", "prefill_tok_s", "decode_tok_s"} instead of
     /// streaming the text.
     #[arg(long)]
@@ -69,9 +73,9 @@ pub fn generate(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
         Some("gguf") => generate_gguf(out, a, device),
         // Branch point for checkpoints written by `rlx train` (char-level GPT, rlx-nn).
         Some("safetensors") => {
-            if a.prompt_ids.is_some() || a.json || a.top_p != 0.95 || a.repeat_penalty != 1.0 {
+            if a.prompt_ids.is_some() || a.json || a.top_p != 0.95 || a.repeat_penalty != 1.0 || a.kv_dtype.is_some() {
                 return Err("a char-GPT checkpoint takes --prompt, --max-tokens, --temperature, --top-k and \
-                            --seed only (no --prompt-ids, --top-p, --repeat-penalty or --json)"
+                            --seed only (no --prompt-ids, --top-p, --repeat-penalty, --kv-dtype or --json)"
                     .into());
             }
             let opts = rlx_nn::gpt::SampleOptions { temperature: a.temperature, top_k: a.top_k, seed: a.seed };
@@ -100,6 +104,14 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
     }
     let ctx = prompt.len() + a.max_tokens;
     let mut m = LlmModel::load(&a.model, device, ctx)?;
+    if let Some(dt) = &a.kv_dtype {
+        let dt = match dt.as_str() {
+            "f32" => DType::F32,
+            "bf16" => DType::BF16,
+            _ => DType::F16,
+        };
+        m = m.with_kv_dtype(dt)?;
+    }
     if ctx > m.config().context_length {
         return Err(format!("{ctx} tokens exceed the model's context length {}", m.config().context_length).into());
     }

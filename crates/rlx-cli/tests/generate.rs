@@ -21,7 +21,9 @@ fn greedy_json_gives_llama_cpp_tokens() {
     let model = fixture("llama-f16.gguf");
     let ids = ids.join(",");
     let args = ["generate", "--threads", "1", "--model", &model, "--prompt-ids", &ids, "--max-tokens", "32"];
-    let out = rlx(&[&args[..], &["--temperature", "0", "--ignore-eos", "--json"]].concat());
+    // llama.cpp's reference ran with an f32 KV cache.
+    let opts = ["--temperature", "0", "--ignore-eos", "--json", "--kv-dtype", "f32"];
+    let out = rlx(&[&args[..], &opts].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tokens"], r["greedy"]);
@@ -49,4 +51,6 @@ fn bad_arguments_are_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(".gguf"));
     let out = rlx(&["generate", "--model", &model, "--prompt", "a", "--top-p", "0"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("top_p"));
+    let out = rlx(&["generate", "--model", &model, "--prompt", "a", "--kv-dtype", "q4"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("f16"));
 }

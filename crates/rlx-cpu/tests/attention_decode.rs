@@ -6,7 +6,7 @@
 
 use rlx_cpu::CpuBackend;
 use rlx_ir::ops::util::rand_f64;
-use rlx_ir::ops::{Attention, MaskKind};
+use rlx_ir::ops::{Attention, HeadLayout, MaskKind};
 use rlx_ir::testkit::run_samples;
 use rlx_ir::{DType, HostTensor, Sample};
 
@@ -90,4 +90,46 @@ fn decode_rows_with_no_visible_key_or_a_nan_score_are_nan() {
         attn(MaskKind::Custom, [1, h, kvh, s, t, d, d], DType::F32, 20, Some(none)),
         Sample::new("nan key", op(), vec![q, k, v]),
     ]);
+}
+
+/// f32 queries over f16/bf16 keys and values (a half-precision KV cache): decode rows (read in
+/// place) and prefill rows (widened over the used keys only), a cache-style mask that leaves the
+/// tail of the cache unread, and both head layouts.
+#[test]
+fn f32_queries_over_a_half_precision_cache() {
+    let mut all = vec![];
+    for (i, kv_dt) in [DType::F16, DType::BF16].into_iter().enumerate() {
+        for (s, t, layout) in [(1, 300, HeadLayout::Bhsd), (3, 70, HeadLayout::Bshd), (40, 200, HeadLayout::Bhsd)] {
+            let (b, h, kvh, d) = (2, 8, 2, 64);
+            let seed = 300 + 10 * i as u64 + s as u64;
+            let dims = |heads: usize, pos: usize| layout.dims([b, heads, pos, d]);
+            // Slots past `filled` hold huge keys: a read of them would show in the output.
+            let filled = t - 17;
+            let mut k = rand_f64(b * kvh * t * d, -1.5, 1.5, seed + 1);
+            let pos_of = |e: usize| match layout {
+                HeadLayout::Bhsd => (e / d) % t,
+                HeadLayout::Bshd => (e / (d * kvh)) % t,
+            };
+            k.iter_mut().enumerate().filter(|(e, _)| pos_of(*e) >= filled).for_each(|(_, x)| *x = 6.0e4);
+            let mask: Vec<f64> =
+                (0..s * t).map(|e| if e % t < filled - s + 1 + e / t { 0.0 } else { f64::NEG_INFINITY }).collect();
+            let op = Attention::new(MaskKind::Custom, 0.125).with_layout(layout);
+            all.push(Sample::new(
+                format!("{kv_dt:?} s{s} t{t} {layout:?}"),
+                op,
+                vec![
+                    rand(&dims(h, s), DType::F32, seed),
+                    HostTensor::from_f64(&dims(kvh, t), kv_dt, &k).expect("k"),
+                    rand(&dims(kvh, t), kv_dt, seed + 2),
+                    HostTensor::from_f64(&[1, 1, s, t], DType::F32, &mask).expect("mask"),
+                ],
+            ));
+        }
+        // Built-in masks over the whole cache.
+        let mut plain = attn(MaskKind::Causal, [1, 4, 1, 2, 90, 32, 32], DType::F32, 50 + i as u64, None);
+        plain.inputs[1] = rand(&[1, 1, 90, 32], kv_dt, 60 + i as u64);
+        plain.inputs[2] = rand(&[1, 1, 90, 32], kv_dt, 70 + i as u64);
+        all.push(plain);
+    }
+    check(all);
 }

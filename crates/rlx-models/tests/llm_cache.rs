@@ -2,13 +2,20 @@
 //! different lengths (left-padded), errors on misuse.
 
 use rlx_driver::Device;
+use rlx_ir::DType;
 use rlx_models::llm::{GenerateOptions, LlmModel, generate, generate_batch};
 use rlx_models::sampling::SamplerConfig;
 use std::path::PathBuf;
 
+/// The model with an f32 cache: it holds exactly the K and V the full pass computes, so the
+/// cache path is held to the full pass's logits and tokens (half caches: `half_precision_caches_...`).
 fn model(file: &str, ctx: usize) -> LlmModel {
+    model_with(file, ctx, DType::F32)
+}
+
+fn model_with(file: &str, ctx: usize, kv: DType) -> LlmModel {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llm").join(file);
-    LlmModel::load(p, Device::Cpu, ctx).unwrap()
+    LlmModel::load(p, Device::Cpu, ctx).unwrap().with_kv_dtype(kv).unwrap()
 }
 
 /// max |a - b| over max |b| (F16 weights round activations to f16 as ggml does, so the GEMV of
@@ -34,6 +41,55 @@ fn decode_steps_match_the_full_forward_pass() {
         assert!(max_diff(&got, &full[(seq.len() - 1) * v..]) < 1e-3, "{file}: last position");
         assert_eq!(m.position(), seq.len());
     }
+}
+
+#[test]
+fn half_precision_caches_hold_half_the_bytes_and_stay_near_the_full_pass() {
+    use rlx_models::llm::{GraphSpec, k_cache_name, v_cache_name};
+    let seq: Vec<u32> = vec![5, 77, 120, 3, 250, 9, 41, 100];
+    // Measured (max over positions): f16 1.8e-3 of the logits' range, bf16 (8-bit mantissa)
+    // 8.2e-3 on the F16 files; the 8-bit activations of quantized weights turn any change in the
+    // attention output into whole quantization steps (q8_0: 1.3-2.0e-2 whatever the cache dtype).
+    for (file, kv, tol) in [
+        ("qwen3-f16.gguf", DType::F16, 3e-3),
+        ("llama-f16.gguf", DType::F16, 3e-3),
+        ("qwen3-f16.gguf", DType::BF16, 1.5e-2),
+        ("llama-f16.gguf", DType::BF16, 1.5e-2),
+        ("qwen3k-q4_k_m.gguf", DType::F16, 5e-2),
+    ] {
+        let mut m = model_with(file, 16, kv);
+        assert_eq!(m.kv_dtype(), kv);
+        let v = m.config().vocab_size;
+        let full = m.forward_all(std::slice::from_ref(&seq)).unwrap().remove(0);
+        let mut got = m.prefill(&[seq[..3].to_vec()]).unwrap().remove(0);
+        for (i, &t) in seq.iter().enumerate().skip(3) {
+            let d = max_diff(&got, &full[(i - 1) * v..i * v]);
+            assert!(d < tol, "{file} {kv}: position {}: {d}", i - 1);
+            got = m.decode(&[t]).unwrap().remove(0);
+        }
+        let dec = m.compiled(&GraphSpec { batch: 1, seq: 1, cache: Some(16), all_logits: false }).unwrap();
+        let cfg = m.config();
+        for name in [k_cache_name(0), v_cache_name(cfg.layers - 1)] {
+            let bytes = dec.param_share(&name).unwrap().buffer.len();
+            assert_eq!(bytes, cfg.kv_heads * 16 * cfg.head_dim * 2, "{file}: {name}");
+        }
+    }
+    // The dtype is chosen before the graphs compile, and only among the float caches.
+    let mut m = model_with("qwen3-f16.gguf", 8, DType::F16);
+    assert!(
+        LlmModel::load(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llm/qwen3-f16.gguf"),
+            Device::Cpu,
+            8
+        )
+        .unwrap()
+        .with_kv_dtype(DType::I32)
+        .unwrap_err()
+        .to_string()
+        .contains("f32, f16 or bf16")
+    );
+    m.prefill(&[vec![1, 2]]).unwrap();
+    assert!(m.with_kv_dtype(DType::F32).unwrap_err().to_string().contains("before any graph"));
 }
 
 #[test]
@@ -170,7 +226,6 @@ fn prefill_and_decode_share_weights_and_cache_without_copies() {
 
 #[test]
 fn llama_q_k_and_half_embeddings_are_used_from_the_file_without_a_copy() {
-    use rlx_ir::DType;
     use rlx_models::llm::{LayerWeight, LlmWeight, ParamKind};
     // Llama's Q/K rows stay in the file's RoPE order (the graph permutes q and k instead).
     let m = model("llama-q8_0.gguf", 8);

@@ -3,6 +3,7 @@
 
 use rlx_driver::Device;
 use rlx_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use rlx_ir::DType;
 use rlx_models::llm::{GenerateOptions, LlmModel, generate};
 use rlx_models::sampling::SamplerConfig;
 use std::path::{Path, PathBuf};
@@ -62,7 +63,8 @@ fn f32_copy(file: &str) -> PathBuf {
 fn check(reference_name: &str, file: impl AsRef<Path>) {
     let r = reference(reference_name);
     let ctx = (r.prompt.len() + r.greedy.len()).max(64);
-    let mut m = LlmModel::load(fixtures().join(file), Device::Cpu, ctx).unwrap();
+    // llama.cpp ran with an f32 cache (tools/tiny_llm.py): so does this side.
+    let mut m = LlmModel::load(fixtures().join(file), Device::Cpu, ctx).unwrap().with_kv_dtype(DType::F32).unwrap();
     assert_eq!(m.config().vocab_size, r.vocab);
     let logits = m.forward_all(std::slice::from_ref(&r.prompt)).unwrap().remove(0);
     let e = rel_err(&logits, &r.logits);
@@ -118,6 +120,26 @@ fn qwen3_f32_long_prompt_matches_llama_cpp() {
     std::fs::remove_file(f).unwrap();
 }
 
+/// The default f16 KV cache against llama.cpp's default, the same (tools/tiny_llm.py
+/// --f16-cache-reference): the 56-token prompt through the F32 Qwen3 model, the last prompt
+/// position's logits and 32 greedy tokens, each decode step reading every earlier key and value
+/// rounded to f16 on both sides (llama.cpp also rounds the queries and probabilities to f16).
+#[test]
+fn qwen3_f16_kv_cache_matches_llama_cpp() {
+    let (r, f32_kv) = (reference("qwen3-f32-long-kvf16"), reference("qwen3-f32-long"));
+    let f = f32_copy("qwen3-f16.gguf");
+    let mut m = LlmModel::load(&f, Device::Cpu, r.prompt.len() + r.greedy.len()).unwrap();
+    assert_eq!(m.kv_dtype(), DType::F16);
+    let last = m.prefill(std::slice::from_ref(&r.prompt)).unwrap().remove(0);
+    let tail = |l: &[f32]| l[(r.prompt.len() - 1) * r.vocab..].to_vec();
+    let (e, e_kv) = (rel_err(&last, &tail(&r.logits)), rel_err(&tail(&f32_kv.logits), &tail(&r.logits)));
+    eprintln!("f16 KV cache: RLX vs llama.cpp {e:.2e}; llama.cpp f16 vs f32 cache {e_kv:.2e} (relative)");
+    assert!(e < 1e-3, "last-position logits differ from llama.cpp's by {e} (relative)");
+    let opts = GenerateOptions { max_tokens: r.greedy.len(), sampler: SamplerConfig::default(), stop_tokens: vec![] };
+    assert_eq!(generate(&mut m, &r.prompt, &opts, |_| true).unwrap().tokens, r.greedy);
+    std::fs::remove_file(f).unwrap();
+}
+
 /// 56 prompt tokens through the Q4_K_M model: prefill runs the batched kernels (AMX tiles with
 /// bf16 activations where the CPU has AMX), which the 9-token prompt never reaches. Quantizing the
 /// activations moves these logits by percents in llama.cpp too (Q8_K), so both are held against
@@ -131,7 +153,10 @@ fn qwen3_q4_k_m_long_prompt_is_as_close_to_exact_as_llama_cpp() {
     let f = f32_copy("qwen3k-q4_k_m.gguf");
     let exact = LlmModel::load(&f, Device::Cpu, ctx).unwrap().forward_all(std::slice::from_ref(&r.prompt)).unwrap();
     std::fs::remove_file(f).unwrap();
-    let mut m = LlmModel::load(fixtures().join("qwen3k-q4_k_m.gguf"), Device::Cpu, ctx).unwrap();
+    let mut m = LlmModel::load(fixtures().join("qwen3k-q4_k_m.gguf"), Device::Cpu, ctx)
+        .unwrap()
+        .with_kv_dtype(DType::F32)
+        .unwrap();
     let ours = m.forward_all(std::slice::from_ref(&r.prompt)).unwrap();
     let (e_ours, e_llama) = (rel_err(&ours[0], &exact[0]), rel_err(&r.logits, &exact[0]));
     assert!(e_llama > 1e-3, "the reference should show quantized activations' error ({e_llama})");

@@ -3,6 +3,7 @@
 //! model still gives llama.cpp's logits and greedy tokens.
 
 use rlx_driver::Device;
+use rlx_ir::DType;
 use rlx_ir::QuantScheme;
 use rlx_models::llm::{LlmModel, ParamKind};
 use std::path::PathBuf;
@@ -27,7 +28,11 @@ fn prepare_releases_the_file_pages_of_repacked_weights() {
     let ids = |k: &str| r[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
     let (prompt, greedy) = (ids("prompt_ids"), ids("greedy"));
     let want: Vec<f32> = r["logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-    let mut m = LlmModel::load(fixtures().join("qwen3k-q4_k_m.gguf"), Device::Cpu, 64).unwrap();
+    // llama.cpp's reference ran with an f32 cache.
+    let mut m = LlmModel::load(fixtures().join("qwen3k-q4_k_m.gguf"), Device::Cpu, 64)
+        .unwrap()
+        .with_kv_dtype(DType::F32)
+        .unwrap();
     let (before, copies) = (rlx_cpu::kernels::quant_released_bytes(), rlx_cpu::kernels::quant_repacks());
     m.prepare(1, prompt.len()).unwrap();
     let released = rlx_cpu::kernels::quant_released_bytes() - before;

@@ -218,6 +218,7 @@ class LLM:
         device: str = ...,
         threads: int | None = ...,
         ctx: int | None = ...,
+        kv_dtype: str | None = ...,
     ) -> None: ...
     @property
     def vocab_size(self) -> int: ...

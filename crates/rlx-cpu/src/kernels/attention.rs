@@ -288,7 +288,13 @@ fn attention(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         g.decode512 = decode512::applies(&g, f32_compute);
     }
     let scale = op.scale;
-    with_float!(ctx.out.dtype, T => Ok(build::<T>(g, scale)), else Err(unsupported(ctx)))
+    // K and V in q's dtype, or a half-precision KV cache under f32 queries.
+    match (ctx.out.dtype, ctx.ins[1].dtype) {
+        (DType::F32, DType::F16) => Ok(build::<f32, half::f16>(g, scale)),
+        (DType::F32, DType::BF16) => Ok(build::<f32, half::bf16>(g, scale)),
+        (out, kv) if out == kv => with_float!(out, T => Ok(build::<T, T>(g, scale)), else Err(unsupported(ctx))),
+        _ => Err(unsupported(ctx)),
+    }
 }
 
 /// Per-thread buffers of one work item.
@@ -333,12 +339,76 @@ fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
 /// Elements one task widens in `view`.
 const WIDEN_PIECE: usize = 1 << 16;
 
-fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
+/// K or V (`strides` and row width) in the compute type, widened only over the keys before
+/// `t_used` that a run may read (a long KV cache is mostly empty); the rest of `buf` is stale.
+fn view_keys<'a, KV: Compute>(
+    g: &Geo,
+    x: &'a [KV],
+    buf: &'a mut [KV::C],
+    (strides, width): ([usize; 3], usize),
+    t_used: usize,
+) -> &'a [KV::C] {
+    if super::half_vec::cast::<KV, KV::C>(x).is_some() || t_used >= g.t || x.is_empty() {
+        return view(x, buf);
+    }
+    // Per (batch, kv head) when heads are blocks of positions, else per batch (heads interleaved
+    // within each position): each range covers the first `t_used` positions.
+    let per_head = strides[1] >= strides[2];
+    let span = |lo: usize| {
+        let len = if t_used == 0 { 0 } else { (t_used - 1) * strides[2] + width };
+        let len = if per_head { len } else { len + (g.kvh - 1) * strides[1] };
+        (lo, lo + len)
+    };
+    let heads = if per_head { g.kvh } else { 1 };
+    for bi in 0..g.b {
+        for hk in 0..heads {
+            let (lo, hi) = span(bi * strides[0] + hk * strides[1]);
+            view(&x[lo..hi], &mut buf[lo..hi]);
+        }
+    }
+    &buf[..x.len()]
+}
+
+/// K and V as stored, for the paths that read them in place (`decode512.rs`).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum RawKv<'a> {
+    /// Another storage type (f64): no path reads it in place.
+    Other,
+    F32(&'a [f32], &'a [f32]),
+    F16(&'a [half::f16], &'a [half::f16]),
+    Bf16(&'a [half::bf16], &'a [half::bf16]),
+}
+
+impl<'a> RawKv<'a> {
+    fn of<KV: 'static>(k: &'a [KV], v: &'a [KV]) -> Self {
+        use super::half_vec::cast;
+        if let (Some(k), Some(v)) = (cast::<KV, f32>(k), cast::<KV, f32>(v)) {
+            RawKv::F32(k, v)
+        } else if let (Some(k), Some(v)) = (cast::<KV, half::f16>(k), cast::<KV, half::f16>(v)) {
+            RawKv::F16(k, v)
+        } else if let (Some(k), Some(v)) = (cast::<KV, half::bf16>(k), cast::<KV, half::bf16>(v)) {
+            RawKv::Bf16(k, v)
+        } else {
+            RawKv::Other
+        }
+    }
+}
+
+/// The kernel for queries and output of dtype `T`, keys and values of dtype `KV` (`T`, or
+/// f16/bf16 under f32).
+fn build<T: Compute, KV: Compute<C = T::C>>(g: Geo, scale: f64) -> Kernel {
     let slots: Vec<Mutex<Scratch<T::C>>> = (0..num_threads()).map(|_| Mutex::new(Scratch::new(&g))).collect();
-    let convert = super::half_vec::cast::<T, T::C>(&[]).is_none();
-    let size = |n: usize| if convert { n } else { 0 };
+    let convert_q = super::half_vec::cast::<T, T::C>(&[]).is_none();
+    // The decode path reads K and V as stored; the others read them in the compute type.
+    let convert_kv = super::half_vec::cast::<KV, T::C>(&[]).is_none() && !g.decode512;
+    let size = |convert: bool, n: usize| if convert { n } else { 0 };
     let (nq, nk, nv) = (g.b * g.h * g.s * g.d, g.b * g.kvh * g.t * g.d, g.b * g.kvh * g.t * g.dv);
-    let mut conv = (vec![T::C::ZERO; size(nq)], vec![T::C::ZERO; size(nk)], vec![T::C::ZERO; size(nv)]);
+    let mut conv = (
+        vec![T::C::ZERO; size(convert_q, nq)],
+        vec![T::C::ZERO; size(convert_kv, nk)],
+        vec![T::C::ZERO; size(convert_kv, nv)],
+    );
     // K transposed once per run to [batch * kv_heads, d, tp] (tp: t padded to 16 with zeros), so
     // that score tiles read 16 consecutive keys.
     let tp = g.t.div_ceil(16) * 16;
@@ -354,8 +424,7 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
     Box::new(move |bufs: &Bufs<'_>| {
         let q = view(bufs.input::<T>(0), &mut conv.0);
-        let k = view(bufs.input::<T>(1), &mut conv.1);
-        let v = view(bufs.input::<T>(2), &mut conv.2);
+        let (k_in, v_in) = (bufs.input::<KV>(1), bufs.input::<KV>(2));
         let mask = match (g.mask, g.bool_mask) {
             (MaskKind::Custom, true) => Mask::Bool(bufs.input::<u8>(3)),
             (MaskKind::Custom, false) => Mask::Add(bufs.input::<T>(3)),
@@ -370,6 +439,19 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         // Keys past the last one any row may see are never read: K is transposed up to there.
         let t_used =
             if spans.rows.is_empty() { g.t } else { spans.rows.iter().map(|r| r.1 as usize).max().unwrap_or(0) };
+        let raw = RawKv::of(k_in, v_in);
+        let (k, v) = if g.decode512 {
+            // Read in place (`raw`); the compute-type views are only borrowed when they are K and V.
+            (
+                super::half_vec::cast::<KV, T::C>(k_in).unwrap_or(&[]),
+                super::half_vec::cast::<KV, T::C>(v_in).unwrap_or(&[]),
+            )
+        } else {
+            (
+                view_keys(&g, k_in, &mut conv.1, (g.ks, g.d), t_used),
+                view_keys(&g, v_in, &mut conv.2, (g.vs, g.dv), t_used),
+            )
+        };
         #[cfg(test)]
         KEY_ROWS.with(|c| c.set(c.get() + key_rows(&g, spans)));
         let ktp = SharedMut(kt.as_mut_ptr());
@@ -422,7 +504,7 @@ fn build<T: Compute>(g: Geo, scale: f64) -> Kernel {
         });
         let kt = if g.transposed { &kt[..] } else { k };
         let out = SharedMut(bufs.output::<T>().as_mut_ptr());
-        let work = Work { g: &g, scale, q, k: kt, v, mask, spans, out };
+        let work = Work { g: &g, scale, q, k: kt, v, raw, mask, spans, out };
         parallel_for(items, &|item| {
             // At most num_threads() items run at once: one slot is always free.
             let mut guard = slots.iter().find_map(|s| s.try_lock().ok());
@@ -444,7 +526,8 @@ enum Mask<'a, T> {
 }
 
 /// What every work item of one call reads: the geometry, the score scale, Q, K (transposed
-/// when `g.transposed`) and V in the compute type, the custom mask with its spans, the output.
+/// when `g.transposed`) and V in the compute type (K and V empty on the decode path, which
+/// reads `raw`), the custom mask with its spans, the output.
 #[derive(Clone, Copy)]
 struct Work<'a, T: Compute> {
     g: &'a Geo,
@@ -452,6 +535,8 @@ struct Work<'a, T: Compute> {
     q: &'a [T::C],
     k: &'a [T::C],
     v: &'a [T::C],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    raw: RawKv<'a>,
     mask: Mask<'a, T>,
     spans: &'a Spans,
     out: SharedMut<T>,

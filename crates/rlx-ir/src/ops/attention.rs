@@ -97,7 +97,9 @@ impl HeadLayout {
 
 /// `softmax(q @ k^T * scale + mask) @ v`. Inputs (layout `Bhsd`): q `[batch, heads, s, d]`, k
 /// `[batch, kv_heads, t, d]`, v `[batch, kv_heads, t, dv]` (and the mask for `Custom`); output
-/// `[batch, heads, s, dv]`; layout `Bshd` swaps the heads and seq axes of all four. `heads`
+/// `[batch, heads, s, dv]`; layout `Bshd` swaps the heads and seq axes of all four. k and v
+/// share q's dtype, or are f16/bf16 under an f32 q (a half-precision KV cache, widened to f32
+/// as they are read; the output is f32). `heads`
 /// must be a multiple of `kv_heads`: query head h uses kv head `h / (heads / kv_heads)`. A
 /// query row with no visible key gives NaN (softmax of all -inf).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +141,12 @@ fn swap_middle(x: &[f64], [a, b, c, d]: [usize; 4]) -> Vec<f64> {
     y
 }
 
+/// Whether k and v of dtype `kv` may serve queries of dtype `q`: the same dtype, or f16/bf16 under
+/// f32 (a KV cache kept in half precision, computed in f32).
+pub fn kv_dtype_fits(q: DType, kv: DType) -> bool {
+    q == kv || (q == DType::F32 && matches!(kv, DType::F16 | DType::BF16))
+}
+
 /// Softmax of one row in f64 (all -inf gives NaN).
 fn softmax_row(l: &[f64]) -> Vec<f64> {
     let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -168,7 +176,13 @@ impl OpDef for Attention {
         }
         let (q, k, v) = (ins[0], ins[1], ins[2]);
         require_float(q.dtype)?;
-        same_dtype(&ins[..3])?;
+        same_dtype(&ins[1..3]).map_err(|_| format!("k and v must share one dtype, got {} and {}", k.dtype, v.dtype))?;
+        if !kv_dtype_fits(q.dtype, k.dtype) {
+            return Err(format!(
+                "k and v must have the query dtype {}, or f16/bf16 under an f32 query (a half-precision KV cache), got {}",
+                q.dtype, k.dtype
+            ));
+        }
         if !self.scale.is_finite() {
             return Err(format!("scale must be finite, got {}", self.scale));
         }
@@ -293,14 +307,19 @@ impl OpDef for Attention {
             let y = self.clone().with_layout(HeadLayout::Bhsd).decompose(g, &xs)?;
             return Some(g.transpose(y, &[0, 2, 1, 3]));
         }
-        let (q, k, v) = (ins[0], ins[1], ins[2]);
+        let (q, mut k, mut v) = (ins[0], ins[1], ins[2]);
+        let dt = g.dtype(q);
+        // A half-precision KV cache: widened to the query dtype first.
+        if g.dtype(k) != dt {
+            k = g.cast(k, dt);
+            v = g.cast(v, dt);
+        }
         let qd = g.shape(q)?.fixed_dims()?;
         let kd = g.shape(k)?.fixed_dims()?;
         let vd = g.shape(v)?.fixed_dims()?;
         let (b, h, s, d) = (qd[0], qd[1], qd[2], qd[3]);
         let (kvh, t, dv) = (kd[1], kd[2], vd[3]);
         let grp = h.checked_div(kvh)?;
-        let dt = g.dtype(q);
         // Query heads of one kv head are adjacent: fold them into the rows.
         let qg = g.reshape(q, &[b, kvh, grp * s, d]);
         let kt = g.transpose(k, &[0, 1, 3, 2]);
@@ -399,6 +418,26 @@ impl OpDef for Attention {
                 HostTensor::from_bool(&[1, 1, 3, 4], &keep).expect("sample"),
             ],
         ));
+        // A half-precision KV cache under f32 queries: grouped heads, decode-like and prefill-like.
+        for (i, (kv_dt, s, mask)) in [
+            (DType::F16, 1, MaskKind::Causal),
+            (DType::BF16, 3, MaskKind::SlidingWindow(3)),
+            (DType::F16, 5, MaskKind::None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = 110 + 3 * i as u64;
+            out.push(Sample::new(
+                format!("attention/f32/kv_{kv_dt}/{mask:?}/s{s}"),
+                Attention::new(mask, 0.5),
+                vec![
+                    rt(&[1, 4, s, 8], DType::F32, seed),
+                    rt(&[1, 2, 6, 8], kv_dt, seed + 1),
+                    rt(&[1, 2, 6, 4], kv_dt, seed + 2),
+                ],
+            ));
+        }
         // Large scores: the softmax must subtract the row max.
         let big = |dims: &[usize], seed| {
             let n = dims.iter().product();

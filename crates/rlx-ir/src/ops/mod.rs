@@ -34,7 +34,7 @@ pub mod topk;
 pub mod unary;
 pub mod util;
 
-pub use attention::{Attention, HeadLayout, MaskKind};
+pub use attention::{Attention, HeadLayout, MaskKind, kv_dtype_fits};
 pub use binary::{Binary, BinaryKind, Compare, CompareKind};
 pub use cast::{Cast, Where};
 pub use control::{Cond, CustomFn, Scan, ScanOutput, WhileLoop};

@@ -83,10 +83,12 @@ fn heads_first(g: &mut Graph, x: NodeId, cfg: &LlmConfig, (b, s, heads): (usize,
 }
 
 /// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
-/// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]`,
-/// and attention runs over the whole cache; the mask hides unwritten and padded slots, and the
-/// attention kernel skips them (decode cost follows the filled length, not the cache size).
-pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Graph {
+/// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]` of
+/// dtype `kv_dtype` (f32, or f16/bf16: rounded as they are stored, widened as attention reads
+/// them), and attention runs over the whole cache; the mask hides unwritten and padded slots,
+/// and the attention kernel skips them (decode cost follows the filled length, not the cache
+/// size).
+pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtype: DType) -> Graph {
     let (b, s, h) = (spec.batch, spec.seq, cfg.hidden);
     let (nh, kvh, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
     let keys = spec.cache.unwrap_or(s);
@@ -142,7 +144,8 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec) -> Grap
         let k = g.rope(k, positions, theta);
         let (k, v) = match (spec.cache, start) {
             (Some(c), Some(start)) => {
-                let cache_shape = Shape::new(&[b, kvh, c, hd], DType::F32);
+                let cache_shape = Shape::new(&[b, kvh, c, hd], kv_dtype);
+                let (k, v) = if kv_dtype == DType::F32 { (k, v) } else { (g.cast(k, kv_dtype), g.cast(v, kv_dtype)) };
                 let kc = g.param(&k_cache_name(l), cache_shape.clone());
                 let vc = g.param(&v_cache_name(l), cache_shape);
                 let k2 = g.dynamic_update_slice(kc, k, start, 2);

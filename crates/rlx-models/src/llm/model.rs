@@ -43,6 +43,7 @@ pub struct LlmModel {
     session: Session,
     graphs: HashMap<GraphSpec, CompiledGraph>,
     max_ctx: usize,
+    kv_dtype: DType,
     state: Option<CacheState>,
     io: Io,
 }
@@ -55,7 +56,9 @@ impl std::fmt::Debug for LlmModel {
 
 impl LlmModel {
     /// Loads a GGUF model for `device` with room for `max_ctx` tokens per sequence (prompt and
-    /// generated); checks every weight's name and shape up front.
+    /// generated); checks every weight's name and shape up front. The KV cache is f16 on the
+    /// CPU (as llama.cpp's default: half the memory and the bytes each decode step reads), f32
+    /// elsewhere; `with_kv_dtype` picks another.
     pub fn load(path: impl AsRef<Path>, device: Device, max_ctx: usize) -> Result<Self> {
         let path = path.as_ref();
         let p = path.display().to_string();
@@ -73,9 +76,28 @@ impl LlmModel {
             session: Session::new(device),
             graphs: HashMap::new(),
             max_ctx,
+            kv_dtype: if device == Device::Cpu { DType::F16 } else { DType::F32 },
             state: None,
             io: Io::default(),
         })
+    }
+
+    /// The same model with its KV cache kept in `dtype`: f32, or f16/bf16 (keys and values
+    /// rounded as they are stored; attention computes in f32). Call it before `prepare`.
+    pub fn with_kv_dtype(mut self, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::eval("llm", format!("the KV cache dtype must be f32, f16 or bf16, got {dtype}")));
+        }
+        if !self.graphs.is_empty() {
+            return Err(Error::eval("llm", "the KV cache dtype must be chosen before any graph is compiled"));
+        }
+        self.kv_dtype = dtype;
+        Ok(self)
+    }
+
+    /// The dtype the KV cache is kept in.
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
 
     /// The model config.
@@ -126,7 +148,7 @@ impl LlmModel {
     /// before (or the file's bytes, for the first), its cache that of the same batch size.
     fn graph(&mut self, spec: GraphSpec) -> Result<&mut CompiledGraph> {
         if !self.graphs.contains_key(&spec) {
-            let g = llm_graph(&self.cfg, &self.weights, spec);
+            let g = llm_graph(&self.cfg, &self.weights, spec, self.kv_dtype);
             let mut c = self.session.compile(g)?;
             let names: Vec<String> = self.weights.params().iter().map(|p| p.weight.gguf_name()).collect();
             if let Some(src) = self.graphs.values().next() {
@@ -141,9 +163,11 @@ impl LlmModel {
                 if let Some((_, src)) = same {
                     c.share_params_from(src, &cache.iter().map(String::as_str).collect::<Vec<_>>())?;
                 } else {
-                    let zeros = vec![0u8; spec.batch * self.cfg.kv_heads * t * self.cfg.head_dim * 4];
+                    let elems = spec.batch * self.cfg.kv_heads * t * self.cfg.head_dim;
+                    // Zero bits are 0.0 in f32, f16 and bf16 alike.
+                    let zeros = vec![0u8; elems * self.kv_dtype.size_bytes()];
                     for name in &cache {
-                        c.set_param_typed(name, &zeros, DType::F32)?;
+                        c.set_param_typed(name, &zeros, self.kv_dtype)?;
                     }
                 }
             }

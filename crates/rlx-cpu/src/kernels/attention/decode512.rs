@@ -10,7 +10,7 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::dense::{c_of, f32s, f32s_mut};
-use super::{BK, Geo, Mask, Scratch, Work, item_keys, scaled_queries};
+use super::{BK, Geo, Mask, RawKv, Scratch, Work, item_keys, scaled_queries};
 use crate::kernels::math::{Compute, Real};
 use crate::kernels::vec32::simd16::exp16;
 use std::arch::x86_64::*;
@@ -28,18 +28,56 @@ pub(super) fn applies(g: &Geo, f32_compute: bool) -> bool {
         && crate::kernels::vec32::simd16::avx512()
 }
 
-/// One work item (see `applies`).
+/// One work item (see `applies`), K and V read as stored (f32, f16 or bf16).
 pub(super) fn item<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
     // SAFETY: `applies` was true, so the CPU has AVX-512F.
-    unsafe { item_body::<T>(w, item, sc) }
+    unsafe {
+        match w.raw {
+            RawKv::F32(k, v) => item_body::<T, f32>(w, k, v, item, sc),
+            RawKv::F16(k, v) => item_body::<T, half::f16>(w, k, v, item, sc),
+            RawKv::Bf16(k, v) => item_body::<T, half::bf16>(w, k, v, item, sc),
+            // `applies` needs f32 compute, whose storage types are the three above.
+            RawKv::Other => unreachable!("decode512 over keys stored as f64"),
+        }
+    }
+}
+
+/// A storage type of K and V: 16 elements widened to f32 lanes.
+trait Lanes16: Copy {
+    /// The 16 elements at `p` as f32.
+    ///
+    /// # Safety
+    /// `p` points at 16 readable elements; the CPU has AVX-512F.
+    unsafe fn load16(p: *const Self) -> __m512;
+}
+
+impl Lanes16 for f32 {
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> __m512 {
+        _mm512_loadu_ps(p)
+    }
+}
+
+impl Lanes16 for half::f16 {
+    #[inline(always)]
+    unsafe fn load16(p: *const half::f16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+}
+
+impl Lanes16 for half::bf16 {
+    #[inline(always)]
+    unsafe fn load16(p: *const half::bf16) -> __m512 {
+        // bf16 is the high half of an f32: widen to 32 bits and shift into place.
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i))))
+    }
 }
 
 /// The item's rows against its visible keys, 64 at a time: scores, the mask, the online softmax,
 /// then `P @ V` into the output accumulators; finally each row divided by its sum and stored.
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn item_body<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k, v, mask, spans, out } = *w;
-    let (k, v) = (f32s(k), f32s(v));
+unsafe fn item_body<T: Compute, L: Lanes16>(w: &Work<'_, T>, k: &[L], v: &[L], item: usize, sc: &mut Scratch<T::C>) {
+    let Work { g, scale, q, mask, spans, out, .. } = *w;
     let (d, dv) = (g.d, g.dv);
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
@@ -129,7 +167,7 @@ unsafe fn sum16(a: &[__m512; 16]) -> __m512 {
 /// `p[r * BK + j] = q_r . k_j` for rows `r < rows` (`q` rows `d` apart) and keys `j < nk` (rows of
 /// `k` `ldk` apart): 16 keys at a time, read from memory once and from L1 for every further row.
 #[target_feature(enable = "avx512f")]
-unsafe fn scores(q: &[f32], d: usize, rows: usize, k: *const f32, ldk: usize, nk: usize, p: &mut [f32]) {
+unsafe fn scores<L: Lanes16>(q: &[f32], d: usize, rows: usize, k: *const L, ldk: usize, nk: usize, p: &mut [f32]) {
     for g0 in (0..nk).step_by(16) {
         let n = 16.min(nk - g0);
         let kg = k.add(g0 * ldk);
@@ -139,7 +177,7 @@ unsafe fn scores(q: &[f32], d: usize, rows: usize, k: *const f32, ldk: usize, nk
             for c in (0..d).step_by(16) {
                 let qv = _mm512_loadu_ps(qr.add(c));
                 for (jj, a) in acc.iter_mut().enumerate().take(n) {
-                    *a = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kg.add(jj * ldk + c)), *a);
+                    *a = _mm512_fmadd_ps(qv, L::load16(kg.add(jj * ldk + c)), *a);
                 }
             }
             let lanes = ((1u32 << n) - 1) as __mmask16;
@@ -189,27 +227,27 @@ unsafe fn online_softmax(row: &mut [f32], m: &mut f32, l: &mut f32, o: &mut [f32
 /// `o[r, :] += sum_j p[r * BK + j] * v_j` for rows `r < rows` (`o` rows `dv` apart) and keys
 /// `j < nk` (rows of `v` `ldv` apart): register tiles of up to 4 rows x 64 columns.
 #[target_feature(enable = "avx512f")]
-unsafe fn pv(p: &[f32], rows: usize, v: *const f32, ldv: usize, nk: usize, o: &mut [f32], dv: usize) {
+unsafe fn pv<L: Lanes16>(p: &[f32], rows: usize, v: *const L, ldv: usize, nk: usize, o: &mut [f32], dv: usize) {
     for r0 in (0..rows).step_by(4) {
         for c0 in (0..dv).step_by(64) {
             let args = (p.as_ptr().add(r0 * BK), v.add(c0), ldv, o.as_mut_ptr().add(r0 * dv + c0), dv, nk);
             match ((rows - r0).min(4), ((dv - c0) / 16).min(4)) {
-                (1, 1) => pv_tile::<1, 1>(args),
-                (1, 2) => pv_tile::<1, 2>(args),
-                (1, 3) => pv_tile::<1, 3>(args),
-                (1, _) => pv_tile::<1, 4>(args),
-                (2, 1) => pv_tile::<2, 1>(args),
-                (2, 2) => pv_tile::<2, 2>(args),
-                (2, 3) => pv_tile::<2, 3>(args),
-                (2, _) => pv_tile::<2, 4>(args),
-                (3, 1) => pv_tile::<3, 1>(args),
-                (3, 2) => pv_tile::<3, 2>(args),
-                (3, 3) => pv_tile::<3, 3>(args),
-                (3, _) => pv_tile::<3, 4>(args),
-                (_, 1) => pv_tile::<4, 1>(args),
-                (_, 2) => pv_tile::<4, 2>(args),
-                (_, 3) => pv_tile::<4, 3>(args),
-                (_, _) => pv_tile::<4, 4>(args),
+                (1, 1) => pv_tile::<L, 1, 1>(args),
+                (1, 2) => pv_tile::<L, 1, 2>(args),
+                (1, 3) => pv_tile::<L, 1, 3>(args),
+                (1, _) => pv_tile::<L, 1, 4>(args),
+                (2, 1) => pv_tile::<L, 2, 1>(args),
+                (2, 2) => pv_tile::<L, 2, 2>(args),
+                (2, 3) => pv_tile::<L, 2, 3>(args),
+                (2, _) => pv_tile::<L, 2, 4>(args),
+                (3, 1) => pv_tile::<L, 3, 1>(args),
+                (3, 2) => pv_tile::<L, 3, 2>(args),
+                (3, 3) => pv_tile::<L, 3, 3>(args),
+                (3, _) => pv_tile::<L, 3, 4>(args),
+                (_, 1) => pv_tile::<L, 4, 1>(args),
+                (_, 2) => pv_tile::<L, 4, 2>(args),
+                (_, 3) => pv_tile::<L, 4, 3>(args),
+                (_, _) => pv_tile::<L, 4, 4>(args),
             }
         }
     }
@@ -218,14 +256,14 @@ unsafe fn pv(p: &[f32], rows: usize, v: *const f32, ldv: usize, nk: usize, o: &m
 /// One `R` rows x `16 NV` columns tile of `pv`: `(p, v, ldv, o, ldo, nk)`, P's rows `BK` apart.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn pv_tile<const R: usize, const NV: usize>(
-    (p, v, ldv, o, ldo, nk): (*const f32, *const f32, usize, *mut f32, usize, usize),
+unsafe fn pv_tile<L: Lanes16, const R: usize, const NV: usize>(
+    (p, v, ldv, o, ldo, nk): (*const f32, *const L, usize, *mut f32, usize, usize),
 ) {
     let mut acc: [[__m512; NV]; R] =
         std::array::from_fn(|r| std::array::from_fn(|h| _mm512_loadu_ps(o.add(r * ldo + 16 * h))));
     for j in 0..nk {
         let vr = v.add(j * ldv);
-        let vv: [__m512; NV] = std::array::from_fn(|h| _mm512_loadu_ps(vr.add(16 * h)));
+        let vv: [__m512; NV] = std::array::from_fn(|h| L::load16(vr.add(16 * h)));
         for (r, row) in acc.iter_mut().enumerate() {
             let pb = _mm512_set1_ps(*p.add(r * BK + j));
             for (a, &x) in row.iter_mut().zip(&vv) {

@@ -192,7 +192,7 @@ fn item_avx2<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
 /// The CPU has `isa`'s features.
 #[inline(always)]
 unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k, v, mask, spans, out } = *w;
+    let Work { g, scale, q, k, v, mask, spans, out, .. } = *w;
     let (q, kt, v, scale) = (f32s(q), f32s(k), f32s(v), scale.to_f64() as f32);
     let sc = Buf {
         q: f32s_mut(&mut sc.q),

@@ -10,7 +10,7 @@ crate::simd_entry!(pub(super) run_item = item_body<T: Compute>(w: &Work<'_, T>, 
 /// One (batch, head, query block): online softmax over the visible key blocks.
 #[inline(always)]
 fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k, v, mask, spans, out } = *w;
+    let Work { g, scale, q, k, v, mask, spans, out, .. } = *w;
     let (d, dv, t) = (g.d, g.dv, g.t);
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
