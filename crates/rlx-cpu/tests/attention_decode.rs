@@ -99,7 +99,12 @@ fn decode_rows_with_no_visible_key_or_a_nan_score_are_nan() {
 fn f32_queries_over_a_half_precision_cache() {
     let mut all = vec![];
     for (i, kv_dt) in [DType::F16, DType::BF16].into_iter().enumerate() {
-        for (s, t, layout) in [(1, 300, HeadLayout::Bhsd), (3, 70, HeadLayout::Bshd), (40, 200, HeadLayout::Bhsd)] {
+        for (s, t, layout) in [
+            (1, 300, HeadLayout::Bhsd),
+            (3, 70, HeadLayout::Bshd),
+            (40, 200, HeadLayout::Bhsd),
+            (20, 90, HeadLayout::Bshd),
+        ] {
             let (b, h, kvh, d) = (2, 8, 2, 64);
             let seed = 300 + 10 * i as u64 + s as u64;
             let dims = |heads: usize, pos: usize| layout.dims([b, heads, pos, d]);

@@ -12,6 +12,7 @@
 //! with fewer rows (decode) and AVX-512, f32 items take `decode512.rs` (`RLX_ATTN_DECODE512=0`
 //! turns it off, for comparisons).
 
+mod arena;
 #[cfg(target_arch = "x86_64")]
 mod decode512;
 mod dense;
@@ -318,57 +319,6 @@ impl<C: Real> Scratch<C> {
     }
 }
 
-/// A whole input in the compute type: borrowed when the storage is the compute type, else
-/// converted into `buf` (sized at build time).
-fn view<'a, T: Compute>(x: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
-    if let Some(same) = super::half_vec::cast::<T, T::C>(x) {
-        return same;
-    }
-    // Widened with SIMD (f16/bf16), in pieces spread over the pool when large.
-    let n = x.len();
-    let (out, pieces) = (SharedMut(buf.as_mut_ptr()), n.div_ceil(WIDEN_PIECE));
-    parallel_for(if n < 2 * WIDEN_PIECE { 1 } else { pieces }, &|t| {
-        let (lo, hi) = if n < 2 * WIDEN_PIECE { (0, n) } else { (t * WIDEN_PIECE, ((t + 1) * WIDEN_PIECE).min(n)) };
-        // SAFETY: pieces are disjoint ranges of `buf`, which holds at least n elements.
-        let dst = unsafe { out.slice(lo, hi - lo) };
-        super::half_vec::load(&x[lo..hi], dst);
-    });
-    &buf[..n]
-}
-
-/// Elements one task widens in `view`.
-const WIDEN_PIECE: usize = 1 << 16;
-
-/// K or V (`strides` and row width) in the compute type, widened only over the keys before
-/// `t_used` that a run may read (a long KV cache is mostly empty); the rest of `buf` is stale.
-fn view_keys<'a, KV: Compute>(
-    g: &Geo,
-    x: &'a [KV],
-    buf: &'a mut [KV::C],
-    (strides, width): ([usize; 3], usize),
-    t_used: usize,
-) -> &'a [KV::C] {
-    if super::half_vec::cast::<KV, KV::C>(x).is_some() || t_used >= g.t || x.is_empty() {
-        return view(x, buf);
-    }
-    // Per (batch, kv head) when heads are blocks of positions, else per batch (heads interleaved
-    // within each position): each range covers the first `t_used` positions.
-    let per_head = strides[1] >= strides[2];
-    let span = |lo: usize| {
-        let len = if t_used == 0 { 0 } else { (t_used - 1) * strides[2] + width };
-        let len = if per_head { len } else { len + (g.kvh - 1) * strides[1] };
-        (lo, lo + len)
-    };
-    let heads = if per_head { g.kvh } else { 1 };
-    for bi in 0..g.b {
-        for hk in 0..heads {
-            let (lo, hi) = span(bi * strides[0] + hk * strides[1]);
-            view(&x[lo..hi], &mut buf[lo..hi]);
-        }
-    }
-    &buf[..x.len()]
-}
-
 /// K and V as stored, for the paths that read them in place (`decode512.rs`).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -402,29 +352,12 @@ fn build<T: Compute, KV: Compute<C = T::C>>(g: Geo, scale: f64) -> Kernel {
     let convert_q = super::half_vec::cast::<T, T::C>(&[]).is_none();
     // The decode path reads K and V as stored; the others read them in the compute type.
     let convert_kv = super::half_vec::cast::<KV, T::C>(&[]).is_none() && !g.decode512;
-    let size = |convert: bool, n: usize| if convert { n } else { 0 };
-    let (nq, nk, nv) = (g.b * g.h * g.s * g.d, g.b * g.kvh * g.t * g.d, g.b * g.kvh * g.t * g.dv);
-    let mut conv = (
-        vec![T::C::ZERO; size(convert_q, nq)],
-        vec![T::C::ZERO; size(convert_kv, nk)],
-        vec![T::C::ZERO; size(convert_kv, nv)],
-    );
-    // K transposed once per run to [batch * kv_heads, d, tp] (tp: t padded to 16 with zeros), so
-    // that score tiles read 16 consecutive keys.
-    let tp = g.t.div_ceil(16) * 16;
-    let mut kt = vec![T::C::ZERO; if g.transposed { g.b * g.kvh * g.d * tp } else { 0 }];
     let items = g.items();
     let simd = avx2_fma();
     let scale = T::C::from_f64(scale);
     let mut spans = Spans::new(&g);
-    // K transposed 16 keys at a time by gathers: f32 keys whose row stride fits their offsets.
-    #[cfg(target_arch = "x86_64")]
-    let gather16 = std::mem::size_of::<T::C>() == 4
-        && crate::kernels::vec32::simd16::avx512()
-        && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
     Box::new(move |bufs: &Bufs<'_>| {
-        let q = view(bufs.input::<T>(0), &mut conv.0);
-        let (k_in, v_in) = (bufs.input::<KV>(1), bufs.input::<KV>(2));
+        let (q_in, k_in, v_in) = (bufs.input::<T>(0), bufs.input::<KV>(1), bufs.input::<KV>(2));
         let mask = match (g.mask, g.bool_mask) {
             (MaskKind::Custom, true) => Mask::Bool(bufs.input::<u8>(3)),
             (MaskKind::Custom, false) => Mask::Add(bufs.input::<T>(3)),
@@ -436,85 +369,105 @@ fn build<T: Compute, KV: Compute<C = T::C>>(g: Geo, scale: f64) -> Kernel {
             Mask::None => {}
         }
         let spans = &spans;
-        // Keys past the last one any row may see are never read: K is transposed up to there.
+        // Keys past the last one any row may see are never read: K and V are widened, and K
+        // transposed, up to there.
         let t_used =
             if spans.rows.is_empty() { g.t } else { spans.rows.iter().map(|r| r.1 as usize).max().unwrap_or(0) };
-        let raw = RawKv::of(k_in, v_in);
-        let (k, v) = if g.decode512 {
-            // Read in place (`raw`); the compute-type views are only borrowed when they are K and V.
-            (
-                super::half_vec::cast::<KV, T::C>(k_in).unwrap_or(&[]),
-                super::half_vec::cast::<KV, T::C>(v_in).unwrap_or(&[]),
-            )
-        } else {
-            (
-                view_keys(&g, k_in, &mut conv.1, (g.ks, g.d), t_used),
-                view_keys(&g, v_in, &mut conv.2, (g.vs, g.dv), t_used),
-            )
-        };
         #[cfg(test)]
         KEY_ROWS.with(|c| c.set(c.get() + key_rows(&g, spans)));
-        let ktp = SharedMut(kt.as_mut_ptr());
-        let heads = g.b * g.kvh;
-        let tasks = if !g.transposed {
-            0
-        } else if heads * t_used * g.d < 1 << 14 {
-            1
-        } else {
-            heads
-        };
-        parallel_for(tasks, &|task| {
-            let range = if heads * t_used * g.d < 1 << 14 { 0..heads } else { task..task + 1 };
-            for hk in range {
-                // SAFETY: each task writes only its own head's block.
-                let dst = unsafe { ktp.slice(hk * g.d * tp, g.d * tp) };
-                // 16 keys at a time: each destination row gets one contiguous run of 16, and the
-                // 16 source rows stay in L1 while their columns are read.
-                for j0 in (0..t_used).step_by(16) {
-                    let n = 16.min(t_used - j0);
-                    #[cfg(target_arch = "x86_64")]
-                    if n == 16 && gather16 {
-                        let src = &k[g.k_at(hk, j0)..g.k_at(hk, j0 + 15) + g.d];
-                        let out = &mut dst[j0..(g.d - 1) * tp + j0 + 16];
-                        // SAFETY: T::C is f32 and the CPU has AVX-512F (`gather16`); the slices
-                        // cover the 16 rows and the d output runs; 15 * ks[2] fits in an i32.
-                        unsafe {
-                            dense512::transpose16(
-                                src.as_ptr() as *const f32,
-                                g.ks[2],
-                                g.d,
-                                out.as_mut_ptr() as *mut f32,
-                                tp,
-                            )
-                        };
-                        continue;
-                    }
-                    let keys: [&[T::C]; 16] = std::array::from_fn(|jj| {
-                        let at = g.k_at(hk, j0 + jj.min(n - 1));
-                        &k[at..at + g.d]
-                    });
-                    for c in 0..g.d {
-                        let out = &mut dst[c * tp + j0..c * tp + j0 + n];
-                        for (o, row) in out.iter_mut().zip(&keys) {
-                            *o = row[c];
-                        }
-                    }
-                }
-            }
-        });
-        let kt = if g.transposed { &kt[..] } else { k };
-        let out = SharedMut(bufs.output::<T>().as_mut_ptr());
-        let work = Work { g: &g, scale, q, k: kt, v, raw, mask, spans, out };
-        parallel_for(items, &|item| {
-            // At most num_threads() items run at once: one slot is always free.
-            let mut guard = slots.iter().find_map(|s| s.try_lock().ok());
-            let Some(sc) = guard.as_deref_mut() else {
-                return item_with_new_scratch::<T>(simd, &work, item);
+        // K transposed to [batch * kv_heads, d, tp] (tp: the used keys padded to 16), so that
+        // score tiles read 16 consecutive keys.
+        let tp = t_used.div_ceil(16) * 16;
+        let used = |width: usize| if convert_kv { g.b * g.kvh * t_used * width } else { 0 };
+        let lens = [
+            if convert_q { q_in.len() } else { 0 },
+            used(g.d),
+            used(g.dv),
+            if g.transposed { g.b * g.kvh * g.d * tp } else { 0 },
+        ];
+        arena::with_buffers::<T::C, _>(lens, |[qb, kb, vb, kt]| {
+            let q = arena::view(q_in, qb);
+            let raw = RawKv::of(k_in, v_in);
+            // The geometry with K's and V's strides as read (compact when widened).
+            let mut gr = g;
+            let (k, v) = if g.decode512 {
+                // Read in place (`raw`); the compute-type views are only borrowed when they are K and V.
+                let same = |x| super::half_vec::cast::<KV, T::C>(x).unwrap_or(&[]);
+                (same(k_in), same(v_in))
+            } else {
+                let (k, ks) = arena::view_keys(&g, k_in, kb, (g.ks, g.d), t_used);
+                let (v, vs) = arena::view_keys(&g, v_in, vb, (g.vs, g.dv), t_used);
+                (gr.ks, gr.vs) = (ks, vs);
+                (k, v)
             };
-            any_item::<T>(simd, &work, item, sc);
+            if g.transposed {
+                transpose_keys(&gr, k, t_used, kt, tp);
+            }
+            let k = if g.transposed { &kt[..] } else { k };
+            let out = SharedMut(bufs.output::<T>().as_mut_ptr());
+            let work = Work { g: &gr, scale, q, k, tp, v, raw, mask, spans, out };
+            parallel_for(items, &|item| {
+                // At most num_threads() items run at once: one slot is always free.
+                let mut guard = slots.iter().find_map(|s| s.try_lock().ok());
+                let Some(sc) = guard.as_deref_mut() else {
+                    return item_with_new_scratch::<T>(simd, &work, item);
+                };
+                any_item::<T>(simd, &work, item, sc);
+            });
         });
         Ok(())
     })
+}
+
+/// Writes keys `0..t_used` of `k` (strides `g.ks`) transposed into `kt`: `[batch * kv_heads, d,
+/// tp]`, 16 keys at a time (each destination row gets one contiguous run of 16, and the 16
+/// source rows stay in L1 while their columns are read); the padding columns of the last group
+/// repeat its last key (finite values whose scores no row uses).
+fn transpose_keys<C: Real>(g: &Geo, k: &[C], t_used: usize, kt: &mut [C], tp: usize) {
+    // By gathers: f32 keys whose row stride fits their offsets.
+    #[cfg(target_arch = "x86_64")]
+    let gather16 = std::mem::size_of::<C>() == 4
+        && crate::kernels::vec32::simd16::avx512()
+        && g.ks[2].checked_mul(15).is_some_and(|o| o <= i32::MAX as usize);
+    let ktp = SharedMut(kt.as_mut_ptr());
+    let heads = g.b * g.kvh;
+    let small = heads * t_used * g.d < 1 << 14;
+    assert!(kt.len() >= heads * g.d * tp);
+    parallel_for(if small { 1 } else { heads }, &|task| {
+        for hk in if small { 0..heads } else { task..task + 1 } {
+            // SAFETY: each task writes only its own head's block, inside `kt` (asserted above).
+            let dst = unsafe { ktp.slice(hk * g.d * tp, g.d * tp) };
+            for j0 in (0..t_used).step_by(16) {
+                let n = 16.min(t_used - j0);
+                #[cfg(target_arch = "x86_64")]
+                if n == 16 && gather16 {
+                    let src = &k[g.k_at(hk, j0)..g.k_at(hk, j0 + 15) + g.d];
+                    let out = &mut dst[j0..(g.d - 1) * tp + j0 + 16];
+                    // SAFETY: C is f32 and the CPU has AVX-512F (`gather16`); the slices cover
+                    // the 16 rows and the d output runs; 15 * ks[2] fits in an i32.
+                    unsafe {
+                        dense512::transpose16(
+                            src.as_ptr() as *const f32,
+                            g.ks[2],
+                            g.d,
+                            out.as_mut_ptr() as *mut f32,
+                            tp,
+                        )
+                    };
+                    continue;
+                }
+                let keys: [&[C]; 16] = std::array::from_fn(|jj| {
+                    let at = g.k_at(hk, j0 + jj.min(n - 1));
+                    &k[at..at + g.d]
+                });
+                for c in 0..g.d {
+                    for (o, row) in dst[c * tp + j0..c * tp + j0 + 16].iter_mut().zip(&keys) {
+                        *o = row[c];
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// A custom mask as stored.
@@ -525,15 +478,17 @@ enum Mask<'a, T> {
     Add(&'a [T]),
 }
 
-/// What every work item of one call reads: the geometry, the score scale, Q, K (transposed
-/// when `g.transposed`) and V in the compute type (K and V empty on the decode path, which
-/// reads `raw`), the custom mask with its spans, the output.
+/// What every work item of one call reads: the geometry (K's and V's strides as read), the
+/// score scale, Q, K (transposed when `g.transposed`, rows `tp` apart) and V in the compute
+/// type (K and V empty on the decode path, which reads `raw`), the custom mask with its spans,
+/// the output.
 #[derive(Clone, Copy)]
 struct Work<'a, T: Compute> {
     g: &'a Geo,
     scale: T::C,
     q: &'a [T::C],
     k: &'a [T::C],
+    tp: usize,
     v: &'a [T::C],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     raw: RawKv<'a>,

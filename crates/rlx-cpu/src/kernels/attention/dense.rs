@@ -192,7 +192,7 @@ fn item_avx2<T: Compute>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
 /// The CPU has `isa`'s features.
 #[inline(always)]
 unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k, v, mask, spans, out, .. } = *w;
+    let Work { g, scale, q, k, tp, v, mask, spans, out, .. } = *w;
     let (q, kt, v, scale) = (f32s(q), f32s(k), f32s(v), scale.to_f64() as f32);
     let sc = Buf {
         q: f32s_mut(&mut sc.q),
@@ -209,7 +209,7 @@ unsafe fn item_body<T: Compute, I: Isa>(isa: I, w: &Work<'_, T>, item: usize, sc
     let (lo, hi_k) = item_keys(g, spans, &it);
     // Columns start on a multiple of 16 so that the score tiles stay inside the padded rows.
     let lo = lo / 16 * 16;
-    let (tp, pw) = (row_width(t), row_width(t.min(MAX_T)));
+    let pw = row_width(t.min(MAX_T));
     assert!(sc.p.len() >= rows4 * pw && sc.q.len() >= rows4 * d && sc.o.len() >= rows4 * dv);
     sc.m[..rows].fill(f32::NEG_INFINITY);
     sc.l[..rows].fill(0.0);

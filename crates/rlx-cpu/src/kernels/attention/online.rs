@@ -10,8 +10,8 @@ crate::simd_entry!(pub(super) run_item = item_body<T: Compute>(w: &Work<'_, T>, 
 /// One (batch, head, query block): online softmax over the visible key blocks.
 #[inline(always)]
 fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut Scratch<T::C>) {
-    let Work { g, scale, q, k, v, mask, spans, out, .. } = *w;
-    let (d, dv, t) = (g.d, g.dv, g.t);
+    let Work { g, scale, q, k, tp, v, mask, spans, out, .. } = *w;
+    let (d, dv) = (g.d, g.dv);
     let it = g.item(item);
     let (bi, kv, rows) = (it.bi, it.kv, it.rows());
     let rows4 = rows.div_ceil(4) * 4;
@@ -22,7 +22,6 @@ fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut
     let (lo, hi_k) = item_keys(g, spans, &it);
     // Blocks start on a multiple of 16 so that a score tile never reads past the padded row.
     let lo = lo / 16 * 16;
-    let tp = t.div_ceil(16) * 16;
     let mut j0 = lo;
     while j0 < hi_k {
         let nk = BK.min(hi_k - j0);
