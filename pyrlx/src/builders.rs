@@ -338,10 +338,14 @@ impl PyGraph {
         .map(Into::into)
     }
 
-    /// Rotary position embedding of `x` at integer `positions`.
-    #[pyo3(signature = (x, positions, theta = 10000.0))]
-    fn rope(&mut self, x: Id, positions: Id, theta: f32) -> PyResult<PyNode> {
-        self.build(|g| g.rope(x.0, positions.0, theta)).map(Into::into)
+    /// Rotary position embedding of `x` at integer `positions`: rotates the two halves of each
+    /// row, or adjacent pairs with `interleaved=True` (GPT-J style).
+    #[pyo3(signature = (x, positions, theta = 10000.0, interleaved = false))]
+    fn rope(&mut self, x: Id, positions: Id, theta: f32, interleaved: bool) -> PyResult<PyNode> {
+        self.build(|g| {
+            if interleaved { g.rope_interleaved(x.0, positions.0, theta) } else { g.rope(x.0, positions.0, theta) }
+        })
+        .map(Into::into)
     }
 
     /// 2-D convolution (NCHW, OIHW weights, zero padding).

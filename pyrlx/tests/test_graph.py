@@ -403,3 +403,18 @@ def test_attention_bshd_layout_matches_bhsd():
         np.testing.assert_allclose(a, sw(b), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="attention layout `hbsd`"):
         g.attention(Q, K, V, layout="hbsd")
+
+
+def test_rope_halves_and_interleaved_pairs_match_numpy():
+    x, pos = f32(1, 2, 3, 8), np.array([0, 5, 900], dtype=np.int64)
+    ang = pos[:, None] * 10000.0 ** (-np.arange(4) * 2 / 8)
+    c, s = np.cos(ang), np.sin(ang)
+    halves = np.concatenate([x[..., :4] * c - x[..., 4:] * s, x[..., 4:] * c + x[..., :4] * s], -1)
+    pairs = np.empty_like(x)
+    pairs[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    pairs[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * s
+    g = rlx.Graph()
+    X, P = g.input("x", x.shape), g.input("p", pos.shape, "i64")
+    got = run(g, [g.rope(X, P), g.rope(X, P, interleaved=True)], x=x, p=pos)
+    np.testing.assert_allclose(got[0], halves, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], pairs, rtol=1e-5, atol=1e-5)

@@ -227,7 +227,7 @@ fn prefill_and_decode_share_weights_and_cache_without_copies() {
 #[test]
 fn llama_q_k_and_half_embeddings_are_used_from_the_file_without_a_copy() {
     use rlx_models::llm::{LayerWeight, LlmWeight, ParamKind};
-    // Llama's Q/K rows stay in the file's RoPE order (the graph permutes q and k instead).
+    // Llama's Q/K rows stay in the file's RoPE order (the graph's rope rotates adjacent pairs).
     let m = model("llama-q8_0.gguf", 8);
     for p in m.weights().params() {
         if let LlmWeight::Layer(_, LayerWeight::Q | LayerWeight::K) = p.weight {

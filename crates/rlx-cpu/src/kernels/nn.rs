@@ -225,15 +225,17 @@ fn rope(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let per_pos = op.layout.rows_per_position(h);
     let inv = rlx_ir::ops::rope::rope_inv_freq(op.theta, d);
     let pdt = ctx.ins[1].dtype;
-    with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(dims.iter().product(), (s, per_pos), d, inv)),
+    let (numel, il) = (dims.iter().product(), op.interleaved);
+    with_float!(ctx.out.dtype, T => with_int!(pdt, P => Ok(rope_kernel::<T, P>(numel, (s, per_pos), (d, il), inv)),
         else Err(unsupported(ctx))), else Err(unsupported(ctx)))
 }
 
-/// Rope over rows of `d`; row r is at position `r / per_pos % s` (`(s, per_pos)`).
+/// Rope over rows of `d`; row r is at position `r / per_pos % s` (`(s, per_pos)`); pairs are the
+/// two halves of a row, or adjacent elements when `interleaved`.
 fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
     numel: usize,
     (s, per_pos): (usize, usize),
-    d: usize,
+    (d, interleaved): (usize, bool),
     inv: Vec<f64>,
 ) -> Kernel {
     let half = d / 2;
@@ -271,9 +273,19 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
             for r in share(task, tasks, rows) {
                 let at = r / per_pos % s;
                 let (cos, sin) = (&table[at * half..(at + 1) * half], &table[(s + at) * half..(s + at + 1) * half]);
-                let (x1, x2) = x[r * d..(r + 1) * d].split_at(half);
                 // SAFETY: rows are disjoint, each task writes only its own rows.
-                let (y1, y2) = unsafe { y.slice(r * d, d) }.split_at_mut(half);
+                let yr = unsafe { y.slice(r * d, d) };
+                let xr = &x[r * d..(r + 1) * d];
+                if interleaved {
+                    for (((yp, xp), &c), &sn) in yr.chunks_exact_mut(2).zip(xr.chunks_exact(2)).zip(cos).zip(sin) {
+                        let (a, b) = (xp[0].load(), xp[1].load());
+                        yp[0] = T::store(a * c - b * sn);
+                        yp[1] = T::store(b * c + a * sn);
+                    }
+                    continue;
+                }
+                let (x1, x2) = xr.split_at(half);
+                let (y1, y2) = yr.split_at_mut(half);
                 for i in 0..half {
                     let (a, b, c, sn) = (x1[i].load(), x2[i].load(), cos[i], sin[i]);
                     y1[i] = T::store(a * c - b * sn);

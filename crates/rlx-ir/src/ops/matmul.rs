@@ -13,15 +13,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MatMul {
     /// Use a `[..., k, m]` as its transpose.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "crate::ops::util::is_false")]
     pub transpose_a: bool,
     /// Use b `[..., n, k]` as its transpose.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "crate::ops::util::is_false")]
     pub transpose_b: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 /// Splits static matmul input dims into (a batch dims, b batch dims, m, k, n), untransposed.

@@ -8,9 +8,10 @@ use crate::{DType, Data, Dim, Error, Graph, HostTensor, NodeId, OpDef, OpTraits,
 use serde::{Deserialize, Serialize};
 
 /// Rotates pairs `(x[i], x[i + d/2])` by the angle `pos * theta^(-2i/d)`, for i < d/2:
-/// `out[..., :d/2] = x1 cos - x2 sin`, `out[..., d/2:] = x2 cos + x1 sin`. Inputs: x
-/// `[batch, heads, s, d]` (float, d even; `[batch, s, heads, d]` with layout `Bshd`) and
-/// positions `[s]` (integer).
+/// `out[..., :d/2] = x1 cos - x2 sin`, `out[..., d/2:] = x2 cos + x1 sin` (GPT-NeoX / HF
+/// order); `interleaved` rotates adjacent pairs `(x[2i], x[2i + 1])` instead (GPT-J, and
+/// Llama's Q/K rows as GGUF stores them). Inputs: x `[batch, heads, s, d]` (float, d even;
+/// `[batch, s, heads, d]` with layout `Bshd`) and positions `[s]` (integer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rope {
     /// The frequency base (10000 for Llama 2, 500000 for Llama 3); finite and > 0.
@@ -18,17 +19,30 @@ pub struct Rope {
     /// The axis order of x and the output.
     #[serde(default, skip_serializing_if = "HeadLayout::is_bhsd")]
     pub layout: HeadLayout,
+    /// Pairs are adjacent elements `(2i, 2i + 1)`, not the two halves `(i, i + d/2)`.
+    #[serde(default, skip_serializing_if = "crate::ops::util::is_false")]
+    pub interleaved: bool,
 }
 
 impl Rope {
-    /// Rope over `[batch, heads, seq, dim]` values.
+    /// Rope over `[batch, heads, seq, dim]` values, rotating the two halves.
     pub fn new(theta: f64) -> Self {
-        Rope { theta, layout: HeadLayout::Bhsd }
+        Rope { theta, layout: HeadLayout::Bhsd, interleaved: false }
     }
 
     /// The same op over values in `layout`.
     pub fn with_layout(self, layout: HeadLayout) -> Self {
         Rope { layout, ..self }
+    }
+
+    /// The same op rotating adjacent pairs (`true`) or the two halves (`false`).
+    pub fn with_interleaved(self, interleaved: bool) -> Self {
+        Rope { interleaved, ..self }
+    }
+
+    /// Where element `i < d/2` of a pair and its partner sit in a row of `d`.
+    pub fn pair(&self, i: usize, d: usize) -> (usize, usize) {
+        if self.interleaved { (2 * i, 2 * i + 1) } else { (i, i + d / 2) }
     }
 }
 
@@ -82,16 +96,16 @@ impl OpDef for Rope {
         }
         let [_, h, s, d] = self.layout.bhsd(&dims);
         let per_pos = self.layout.rows_per_position(h);
-        let half = d / 2;
         let inv = rope_inv_freq(self.theta, d);
         let mut y = vec![0.0; x.len()];
         for (row, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
             let p = pos[row / per_pos % s] as f64;
             for (i, &f) in inv.iter().enumerate() {
                 let (c, sn) = ((p * f).cos(), (p * f).sin());
-                let (x1, x2) = (xr[i], xr[i + half]);
-                yr[i] = x1 * c - x2 * sn;
-                yr[i + half] = x2 * c + x1 * sn;
+                let (i1, i2) = self.pair(i, d);
+                let (x1, x2) = (xr[i1], xr[i2]);
+                yr[i1] = x1 * c - x2 * sn;
+                yr[i2] = x2 * c + x1 * sn;
             }
         }
         HostTensor::new(out.clone(), Data::F(y))
@@ -125,12 +139,19 @@ impl OpDef for Rope {
         let c = g.cast_to(c, dt);
         let sn = g.sin(ang);
         let sn = g.cast_to(sn, dt);
+        if self.interleaved {
+            // Pairs as a trailing axis of 2: [b, h, s, d/2, 2], tables [s, d/2, 1].
+            let x = g.reshape(x, &[b, h, s, half, 2]);
+            let (c, sn) = (g.reshape(c, &[s, half, 1]), g.reshape(sn, &[s, half, 1]));
+            let x1 = g.slice(x, &[0, 0, 0, 0, 0], &[b, h, s, half, 1], &[1, 1, 1, 1, 1]);
+            let x2 = g.slice(x, &[0, 0, 0, 0, 1], &[b, h, s, half, 2], &[1, 1, 1, 1, 1]);
+            let (o1, o2) = rotate(g, (x1, x2), (c, sn));
+            let y = g.concat(&[o1, o2], -1);
+            return Some(g.reshape(y, &[b, h, s, d]));
+        }
         let x1 = g.slice(x, &[0, 0, 0, 0], &[b, h, s, half], &[1, 1, 1, 1]);
         let x2 = g.slice(x, &[0, 0, 0, half], &[b, h, s, d], &[1, 1, 1, 1]);
-        let (a, e) = (g.mul(x1, c), g.mul(x2, sn));
-        let o1 = g.sub(a, e);
-        let (a, e) = (g.mul(x2, c), g.mul(x1, sn));
-        let o2 = g.add(a, e);
+        let (o1, o2) = rotate(g, (x1, x2), (c, sn));
         Some(g.concat(&[o1, o2], -1))
     }
     fn samples() -> Vec<Sample> {
@@ -153,14 +174,38 @@ impl OpDef for Rope {
         // [batch, seq, heads, dim]: 3 positions, 2 heads.
         let x = HostTensor::from_f64(&[2, 3, 2, 6], DType::F32, &rand_f64(72, -2.0, 2.0, 120)).expect("sample");
         let p = HostTensor::from_i64(&[3], DType::I64, &[4, 0, 9]).expect("sample");
-        out.push(Sample::new("rope/f32/bshd", Rope::new(10000.0).with_layout(HeadLayout::Bshd), vec![x, p]));
+        out.push(Sample::new(
+            "rope/f32/bshd",
+            Rope::new(10000.0).with_layout(HeadLayout::Bshd),
+            vec![x.clone(), p.clone()],
+        ));
+        // Adjacent pairs, in both layouts and in f64.
+        let op = Rope::new(10000.0).with_interleaved(true);
+        out.push(Sample::new("rope/f32/bshd/interleaved", op.clone().with_layout(HeadLayout::Bshd), vec![x, p]));
+        let x = HostTensor::from_f64(&[1, 2, 3, 8], DType::F64, &rand_f64(48, -2.0, 2.0, 121)).expect("sample");
+        let p = HostTensor::from_i64(&[3], DType::I32, &[2, 1000, 7]).expect("sample");
+        out.push(Sample::new("rope/f64/interleaved", op, vec![x, p]));
         out
     }
 }
 
+/// `(x1 cos - x2 sin, x2 cos + x1 sin)`.
+fn rotate(g: &mut Graph, (x1, x2): (NodeId, NodeId), (c, sn): (NodeId, NodeId)) -> (NodeId, NodeId) {
+    let (a, e) = (g.mul(x1, c), g.mul(x2, sn));
+    let o1 = g.sub(a, e);
+    let (a, e) = (g.mul(x2, c), g.mul(x1, sn));
+    (o1, g.add(a, e))
+}
+
 impl Graph {
-    /// Rotary embedding of x `[batch, heads, s, d]` at integer `positions` `[s]`.
+    /// Rotary embedding of x `[batch, heads, s, d]` at integer `positions` `[s]`, rotating the
+    /// two halves of each row.
     pub fn rope(&mut self, x: NodeId, positions: NodeId, theta: f32) -> NodeId {
         self.add_node(Rope::new(theta as f64), &[x, positions])
+    }
+
+    /// Rotary embedding rotating adjacent pairs `(2i, 2i + 1)` of each row (GPT-J style).
+    pub fn rope_interleaved(&mut self, x: NodeId, positions: NodeId, theta: f32) -> NodeId {
+        self.add_node(Rope::new(theta as f64).with_interleaved(true), &[x, positions])
     }
 }

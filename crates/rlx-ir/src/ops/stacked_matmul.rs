@@ -24,18 +24,14 @@ pub struct StackedMatMul {
     /// Number of stacked products (at least 1).
     pub groups: usize,
     /// Read each weight as `[n, k]` (its transpose).
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "crate::ops::util::is_false")]
     pub transpose_b: bool,
     /// The per-group elementwise epilogue (bias, activation), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epilogue: Option<Fused>,
     /// The epilogue combines the groups into one output (see the type's docs).
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "crate::ops::util::is_false")]
     pub combine: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 impl StackedMatMul {

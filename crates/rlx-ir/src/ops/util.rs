@@ -84,6 +84,11 @@ pub fn same_dtype(ins: &[&Shape]) -> Result<DType, String> {
     Ok(dt)
 }
 
+/// Whether a flag is off (serde leaves such fields out of the text form).
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// Requires a real floating dtype.
 pub fn require_float(dt: DType) -> Result<(), String> {
     if dt.is_float() { Ok(()) } else { Err(format!("needs a float dtype, got {dt}")) }

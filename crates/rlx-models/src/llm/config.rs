@@ -26,8 +26,8 @@ impl Arch {
         self == Arch::Qwen3
     }
 
-    /// Whether GGUF q/k rows rotate adjacent pairs (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); the graph
-    /// then moves each head's pairs into halves before the half-split `rope` op.
+    /// Whether GGUF q/k rows rotate adjacent pairs (llama.cpp's `LLAMA_ROPE_TYPE_NORM`): the graph
+    /// uses the interleaved `rope`.
     pub fn interleaved_rope(self) -> bool {
         self == Arch::Llama
     }

@@ -68,20 +68,6 @@ fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> 
     (g.param(&w.gguf_name(), s), kind)
 }
 
-/// `[b, s, heads, hd]` to `[b, heads, s, hd]`. GGUF Llama Q/K rows are ordered for RoPE on
-/// adjacent pairs (2i, 2i+1): the same transpose moves each head's pairs into the halves the
-/// `rope` op rotates, so the weights stay as in the file; q and k are permuted alike and
-/// attention scores do not change.
-fn heads_first(g: &mut Graph, x: NodeId, cfg: &LlmConfig, (b, s, heads): (usize, usize, usize)) -> NodeId {
-    let hd = cfg.head_dim;
-    if !cfg.arch.interleaved_rope() {
-        return g.transpose(x, &[0, 2, 1, 3]);
-    }
-    let x = g.reshape(x, &[b, s, heads, hd / 2, 2]);
-    let x = g.transpose(x, &[0, 2, 1, 4, 3]);
-    g.reshape(x, &[b, heads, s, hd])
-}
-
 /// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
 /// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]` of
 /// dtype `kv_dtype` (f32, or f16/bf16: rounded as they are stored, widened as attention reads
@@ -136,12 +122,17 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
             q = g.rms_norm(q, qn, eps);
             k = g.rms_norm(k, kn, eps);
         }
-        let q = heads_first(&mut g, q, cfg, (b, s, nh));
-        let k = heads_first(&mut g, k, cfg, (b, s, kvh));
+        // [b, s, heads, hd] to [b, heads, s, hd] (the optimizer folds these swaps into rope and
+        // attention where it can). GGUF Llama Q/K rows are ordered for RoPE on adjacent pairs.
+        let q = g.transpose(q, &[0, 2, 1, 3]);
+        let k = g.transpose(k, &[0, 2, 1, 3]);
         let v = g.reshape(v, &[b, s, kvh, hd]);
         let v = g.transpose(v, &[0, 2, 1, 3]);
-        let q = g.rope(q, positions, theta);
-        let k = g.rope(k, positions, theta);
+        let (q, k) = if cfg.arch.interleaved_rope() {
+            (g.rope_interleaved(q, positions, theta), g.rope_interleaved(k, positions, theta))
+        } else {
+            (g.rope(q, positions, theta), g.rope(k, positions, theta))
+        };
         let (k, v) = match (spec.cache, start) {
             (Some(c), Some(start)) => {
                 let cache_shape = Shape::new(&[b, kvh, c, hd], kv_dtype);

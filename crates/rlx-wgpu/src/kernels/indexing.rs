@@ -203,8 +203,8 @@ fn scatter_add(ctx: &Ctx<'_>) -> Result<Plan> {
     Ok(Plan::Dispatches(vec![Dispatch { wgsl, groups, binds }]))
 }
 
-/// Half-split rotary embedding on x `[b, h, s, d]` (`[b, s, h, d]` with layout `Bshd`) with
-/// positions `[s]`.
+/// Rotary embedding on x `[b, h, s, d]` (`[b, s, h, d]` with layout `Bshd`) with positions `[s]`:
+/// pairs are the two halves of a row, or adjacent elements (`interleaved`).
 fn rope(ctx: &Ctx<'_>) -> Result<Plan> {
     let Op::Rope(op) = ctx.op else { return Err(super::unsupported(ctx, "not rope")) };
     let [_, h, s, d] = op.layout.bhsd(&ctx.in_dims(0));
@@ -217,11 +217,17 @@ fn rope(ctx: &Ctx<'_>) -> Result<Plan> {
         "let i = g * {WG}u + lid;\nif (i >= {n}u) {{ return; }}\n\
          let c = i % {d}u;\nlet row = i / {d}u;\nlet sp = row / {per_pos}u % {s}u;\n{read}\
          let pos = f32(bitcast<i32>(hi)) * 4294967296.0 + f32(lo);\n\
-         let k = c % {half}u;\nlet ang = pos * FREQ[k];\nlet cs = cos(ang);\nlet sn = sin(ang);\n\
-         let x1 = f32(x[row * {d}u + k]);\nlet x2 = f32(x[row * {d}u + k + {half}u]);\n\
-         out[i] = {st}(select(x2 * cs + x1 * sn, x1 * cs - x2 * sn, c < {half}u));",
+         {pair}let ang = pos * FREQ[k];\nlet cs = cos(ang);\nlet sn = sin(ang);\n\
+         let x1 = f32(x[row * {d}u + i1]);\nlet x2 = f32(x[row * {d}u + i2]);\n\
+         out[i] = {st}(select(x2 * cs + x1 * sn, x1 * cs - x2 * sn, c == i1));",
         read = read_index(ctx.ins[1].dtype, "sp"),
         st = store_fn(ctx.out.dtype),
+        // Frequency k, and where the pair's first (i1) and second (i2) elements sit.
+        pair = if op.interleaved {
+            "let k = c / 2u;\nlet i1 = 2u * k;\nlet i2 = i1 + 1u;\n".to_string()
+        } else {
+            format!("let k = c % {half}u;\nlet i1 = k;\nlet i2 = k + {half}u;\n")
+        },
     );
     let io = float_ty(ctx.out.dtype);
     let d = decls(&[("x", io, false), ("ix", "u32", false), ("out", io, true)]);
