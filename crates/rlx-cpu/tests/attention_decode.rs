@@ -138,3 +138,17 @@ fn f32_queries_over_a_half_precision_cache() {
     }
     check(all);
 }
+
+/// `[batch, seq, heads, dim]` values over many keys: the dense path copies each head's V rows
+/// together first (f32 in place otherwise), with grouped heads and a causal cache offset.
+#[test]
+fn seq_first_values_over_many_keys() {
+    let (b, h, kvh, s, t, d) = (1, 4, 2, 20, 600, 32);
+    let op = Attention::new(MaskKind::Causal, 0.2).with_layout(HeadLayout::Bshd);
+    let dims = |heads: usize, pos: usize| HeadLayout::Bshd.dims([b, heads, pos, d]);
+    check(vec![Sample::new(
+        "bshd f32 t600",
+        op,
+        vec![rand(&dims(h, s), DType::F32, 1), rand(&dims(kvh, t), DType::F32, 2), rand(&dims(kvh, t), DType::F32, 3)],
+    )]);
+}

@@ -59,43 +59,50 @@ fn widen<T: Compute>(src: &[T], dst: &mut [T::C]) {
     });
 }
 
-/// Elements one task widens.
+/// Elements one task widens in `view`.
 const WIDEN_PIECE: usize = 1 << 16;
 
-/// Element strides of K or V (rows of `width`, `strides` as stored) holding only positions
-/// `0..t_used`, in the same axis order: what `view_keys` writes.
-pub(super) fn used_strides(g: &Geo, strides: [usize; 3], width: usize, t_used: usize) -> [usize; 3] {
-    if strides[1] >= strides[2] {
-        // Heads are blocks of positions.
-        [g.kvh * t_used * width, t_used * width, width]
-    } else {
-        // Heads interleaved within each position.
-        [t_used * g.kvh * width, width, g.kvh * width]
-    }
-}
-
 /// K or V (`strides`, rows of `width`) in the compute type over positions `0..t_used` only (a
-/// long KV cache is mostly empty): borrowed with its own strides when stored in the compute
-/// type, else widened into `buf` (`b * kvh * t_used * width` elements) with `used_strides`.
+/// long KV cache is mostly empty): borrowed with its own strides when stored in the compute type
+/// (and `copy` is false), else widened or copied into `buf` (`b * kvh * t_used * width`
+/// elements) with each head's rows contiguous, `[batch, kv_heads, t_used, width]`.
 pub(super) fn view_keys<'a, KV: Compute>(
     g: &Geo,
     x: &'a [KV],
     buf: &'a mut [KV::C],
     (strides, width): ([usize; 3], usize),
     t_used: usize,
+    copy: bool,
 ) -> (&'a [KV::C], [usize; 3]) {
-    if let Some(same) = crate::kernels::half_vec::cast::<KV, KV::C>(x) {
+    if let Some(same) = crate::kernels::half_vec::cast::<KV, KV::C>(x)
+        && !copy
+    {
         return (same, strides);
     }
-    let to = used_strides(g, strides, width, t_used);
-    let per_head = strides[1] >= strides[2];
-    // One contiguous run per (batch, kv head), or per batch when heads interleave.
-    let (heads, len) = if per_head { (g.kvh, t_used * width) } else { (1, t_used * g.kvh * width) };
-    for bi in 0..g.b {
-        for hk in 0..heads {
-            let (src, dst) = (bi * strides[0] + hk * strides[1], bi * to[0] + hk * to[1]);
-            widen(&x[src..src + len], &mut buf[dst..dst + len]);
+    let heads = g.b * g.kvh;
+    let out = SharedMut(buf.as_mut_ptr());
+    assert!(buf.len() >= heads * t_used * width);
+    let one = |hk: usize| {
+        let (bi, h) = (hk / g.kvh, hk % g.kvh);
+        let src = bi * strides[0] + h * strides[1];
+        // SAFETY: each head writes only its own t_used rows, inside `buf` (asserted above).
+        let dst = unsafe { out.slice(hk * t_used * width, t_used * width) };
+        if strides[2] == width {
+            // The head's rows are contiguous already: one run.
+            crate::kernels::half_vec::load(&x[src..src + t_used * width], dst);
+        } else {
+            for (j, row) in dst.chunks_exact_mut(width).enumerate() {
+                let at = src + j * strides[2];
+                crate::kernels::half_vec::load(&x[at..at + width], row);
+            }
         }
+    };
+    // Spread over the pool by heads when there is enough to copy (then a head's run is at
+    // least WIDEN_PIECE / 4 elements on average).
+    if heads > 1 && heads * t_used * width >= 4 * WIDEN_PIECE {
+        parallel_for(heads, &|hk| one(hk));
+    } else {
+        (0..heads).for_each(one);
     }
-    (&buf[..g.b * g.kvh * t_used * width], to)
+    (&buf[..heads * t_used * width], [g.kvh * t_used * width, t_used * width, width])
 }
