@@ -4,7 +4,7 @@
 #   matmul N REPS              -> numpy f32 n x n matmul, each rep's seconds
 #   jax_matmul N REPS          -> JAX jit f32 n x n matmul (block_until_ready), each rep's seconds
 #   mkl_matmul N REPS THREADS  -> oneMKL cblas_sgemm f32 n x n on THREADS threads, each rep's seconds
-#                                 (only with RLX_BENCH_MKL: the folders of libmkl_rt.so.2 and
+#                                 (only with RLX_BENCH_MKL: the folders of libmkl_rt.so.{2,3} and
 #                                 libiomp5.so, ':'-separated; see `mkl()`)
 #   jax_matmul_bf16 N REPS F32 -> JAX jit bf16 n x n matmul, result bf16 (F32 = 0) or f32 (1)
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
@@ -185,10 +185,11 @@ def mkl():
         os.environ.setdefault('KMP_BLOCKTIME', '0')
         lib = None
         try:
-            for name in ('libiomp5.so', 'libmkl_rt.so.2'):
-                path = next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), None)
+            # oneMKL 2025 ships libmkl_rt.so.2, 2026 libmkl_rt.so.3.
+            for names in (('libiomp5.so',), ('libmkl_rt.so.3', 'libmkl_rt.so.2')):
+                path = next((os.path.join(d, n) for n in names for d in dirs if os.path.exists(os.path.join(d, n))), None)
                 if path is None:
-                    raise OSError(f'{name} not in RLX_BENCH_MKL')
+                    raise OSError(f'{names[0]} not in RLX_BENCH_MKL')
                 lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
                                                              ctypes.c_void_p, ctypes.c_int, ctypes.c_float,

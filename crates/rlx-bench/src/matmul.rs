@@ -1,10 +1,10 @@
 //! Square f32 matmul, n = 256 .. 4096: RLX's packed GEMM against candle, numpy and JAX (jit), interleaved
 //! round by round; GFLOP/s from the median run of each. oneMKL (Intel's BLAS, the strongest f32
-//! GEMM on Intel hosts) joins when `RLX_BENCH_MKL` names the folders holding `libmkl_rt.so.2`
+//! GEMM on Intel hosts) joins when `RLX_BENCH_MKL` names the folders holding `libmkl_rt.so.3` (or `.so.2`)
 //! and `libiomp5.so`, e.g. from unpacked wheels (no system install):
 //! `pip download mkl intel-openmp --no-deps -d /tmp/mklwheel && mkdir -p /tmp/mklx && cd /tmp/mklx &&
 //! for w in /tmp/mklwheel/*.whl; do unzip -qo $w; done`, then
-//! `RLX_BENCH_MKL=$(dirname $(find /tmp/mklx -name libmkl_rt.so.2)):$(dirname $(find /tmp/mklx -name libiomp5.so))`.
+//! `RLX_BENCH_MKL=$(dirname $(find /tmp/mklx -name "libmkl_rt.so.*")):$(dirname $(find /tmp/mklx -name libiomp5.so))`.
 
 use crate::candle_peer::CandleMatmul;
 use crate::peers::PyPeers;
