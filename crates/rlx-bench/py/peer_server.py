@@ -189,7 +189,7 @@ def mkl():
             for names in (('libiomp5.so',), ('libmkl_rt.so.3', 'libmkl_rt.so.2')):
                 path = next((os.path.join(d, n) for n in names for d in dirs if os.path.exists(os.path.join(d, n))), None)
                 if path is None:
-                    raise OSError(f'{names[0]} not in RLX_BENCH_MKL')
+                    raise OSError(f"{' or '.join(names)} not in RLX_BENCH_MKL")
                 lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             lib.cblas_sgemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
                                                              ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
