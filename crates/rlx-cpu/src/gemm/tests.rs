@@ -183,8 +183,9 @@ fn matches_naive_on_awkward_sizes_and_transposes() {
 #[test]
 fn every_split_and_blocking_path_matches_naive() {
     // Direct A with several k blocks; packed A (past DIRECT_A_BYTES) with partial panels;
-    // the row split (few columns); k past one block with a ragged tail; row-block grids; the
-    // shared-B path (m >= 2 * MC * threads) with ragged row tasks, columns and k blocks.
+    // the row split (few columns); k past one block with a ragged tail; row-block grids; many
+    // rows (m >= 2 * MC * threads): B packed whole (A row-major) or block by block and shared
+    // (A transposed), with ragged row tasks, columns and k blocks.
     for &(m, n, k) in &[
         (128, 200, 1000),
         (301, 77, 600),
@@ -202,6 +203,25 @@ fn every_split_and_blocking_path_matches_naive() {
         (130, 70, 2048),
     ] {
         check(m, n, k);
+    }
+}
+
+#[test]
+fn a_busy_whole_b_buffer_falls_back_to_packing_b_block_by_block() {
+    // Another product holds the whole-B buffer: a row-major A takes the shared-block path.
+    // Other tests hold it only for the length of a product.
+    let _held = loop {
+        if let Some(guard) = f32::whole_b() {
+            break guard;
+        }
+        std::thread::yield_now();
+    };
+    let (m, n, k) = (419, 45, 1031);
+    let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 % 13) as f64 - 6.0) / 5.0).collect();
+    let b: Vec<f64> = (0..k * n).map(|i| ((i * 5 % 11) as f64 - 5.0) / 3.0).collect();
+    let want = naive(m, n, k, &a, &b);
+    for kern in f32::kernels() {
+        check_kernel(&kern, 2, m, n, k, &a, &b, &want, 1e-3);
     }
 }
 
