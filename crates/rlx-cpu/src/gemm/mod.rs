@@ -37,6 +37,7 @@ pub(crate) use blocked::aligned_buf;
 use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 pub(crate) use blocked::{RowBands, even_span};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// A strided matrix view: element (i, j) is at `ptr[i * rs + j * cs]`.
@@ -160,6 +161,16 @@ fn nc_block(nr: usize) -> usize {
 /// 4, alternated five times on a Xeon (2 threads, weights from DRAM): 1024 x 384 x 384 +2-12%,
 /// 1024 x 1536 x 384 +0-6%, 1024 x 384 x 1536 and 128 x 384 x 384 the same.
 const GROUP_PANELS: usize = 8;
+/// Whether threaded products pack all of a view B up front (`set_whole_b_packing`).
+static WHOLE_B: AtomicBool = AtomicBool::new(true);
+
+/// Whether a threaded product with a row-major A and many rows packs all of B once before its
+/// tasks run (the default), or a block at a time, each block shared by the threads as they go.
+/// For side-by-side measurements (`examples/gemm_paths.rs`); results are the same either way.
+pub fn set_whole_b_packing(on: bool) {
+    WHOLE_B.store(on, Ordering::Relaxed);
+}
+
 /// Largest B that a threaded product packs whole (`whole_b`); a larger one is packed a block at a
 /// time (`gemm_shared`).
 const WHOLE_B_MAX_BYTES: usize = 256 << 20;
@@ -626,6 +637,7 @@ unsafe fn gemm_with<T: GemmElem>(
         && a.cs == 1
         && m >= 2 * MC * threads
         && n.div_ceil(nr) * nr * k * std::mem::size_of::<T>() <= WHOLE_B_MAX_BYTES
+        && WHOLE_B.load(Ordering::Relaxed)
         && let Some(mut whole) = T::whole_b()
     {
         // Many rows, A row-major: pack all of B once, on the pool, then run the grid of
