@@ -643,9 +643,10 @@ unsafe fn gemm_with<T: GemmElem>(
         // Many rows, A row-major: pack all of B once, on the pool, then run the grid of
         // (row block, column block) tasks above over the packed copy. Each B block packed by
         // all threads at once and read by every thread (`gemm_shared`) left the other core's
-        // half in that core's cache, modified. Interleaved runs on a 2-core Zen 5, n^3 as % of
-        // the FMA peak: 512 85.4 -> 90.1, 1024 83.5 -> 86.1 (66.6 -> 79.2 while the two vCPUs sat
-        // far apart), 2048 72.6 -> 82.9, 4096 80.4 -> 85.9.
+        // half in that core's cache, modified. n^3 as % of the FMA peak on a 2-core Zen 5,
+        // `examples/gemm_paths` (calls alternated, 7 rounds): 512 69.3 -> 81.0, 1024 68.2 -> 81.6,
+        // 2048 70.3 -> 83.9, 4096 69.6 -> 85.7; the gap narrows when the two vCPUs sit close
+        // (1024: 83.5 -> 86.1 in an earlier paired run).
         let buf = blocked::aligned_buf(&mut whole, n.div_ceil(nr) * nr * k);
         // SAFETY: the buffer holds every panel; the view covers k x n.
         unsafe { pack_b_with(kern, k, n, bv, buf) };
