@@ -3,7 +3,8 @@
 //! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, NEON 8x12 / 6x8 on
 //! aarch64, a portable kernel elsewhere). A row-major A whose k block fits L2 is read in place
 //! (through a padded copy when its rows are 4 KiB apart); B is packed as the product
-//! runs (one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
+//! runs (all of it first, for threaded products with many rows; else a block at a time, one copy
+//! shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
 //! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
 //! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
 //! nothing; every buffer starts on a 64-byte line (`aligned_buf`).
@@ -172,7 +173,7 @@ pub fn set_whole_b_packing(on: bool) {
 }
 
 /// Largest B that a threaded product packs whole (`whole_b`); a larger one is packed a block at a
-/// time (`gemm_shared`).
+/// time (`gemm_shared`). The buffer is kept for the next product, as the other packing buffers are.
 const WHOLE_B_MAX_BYTES: usize = 256 << 20;
 /// Largest A read in place by the micro-kernels (see `direct_a`).
 const DIRECT_A_BYTES: usize = 256 << 10;
@@ -558,7 +559,7 @@ unsafe fn gemm_with<T: GemmElem>(
         // A row-major and B packed once: a grid of (row block, column block) tasks that share
         // nothing and read A in place, one band of rows per thread (`parallel_for` shares; a
         // descheduled thread's tasks go to the others). With B a view and many rows, B would be packed once per row
-        // block: the shared path below packs it once.
+        // block: the whole-B path below packs it once first.
         let size = std::mem::size_of::<T>();
         // Held while the tasks read the padded copy of A, if one is made.
         let _copy_of_a;
