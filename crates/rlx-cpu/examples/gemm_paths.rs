@@ -15,14 +15,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let rounds = args
-        .iter()
-        .position(|a| a == "--rounds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(7usize);
-    let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).filter(|&n| n != rounds).collect();
+    let (mut rounds, mut sizes) = (7usize, Vec::new());
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), arg.parse::<usize>()) {
+            ("--rounds", _) => rounds = args.next().and_then(|r| r.parse().ok()).expect("--rounds takes a count"),
+            (_, Ok(n)) if n > 0 => sizes.push(n),
+            _ => panic!("unexpected argument {arg:?}: sizes and --rounds R"),
+        }
+    }
+    let rounds = rounds.max(1);
     if sizes.is_empty() {
         sizes = vec![512, 1024, 2048, 4096];
     }

@@ -633,11 +633,13 @@ unsafe fn gemm_with<T: GemmElem>(
         // SAFETY: forwarded.
         return unsafe { gemm_block(kern, m, n, k, a, b, c, 0, threads::slot(), epi) };
     }
+    // Elements of all of B packed into this kernel's panels.
+    let whole_len = tiles_n * nr * k;
     if let BSrc::View(bv) = b
         && k > 0
         && a.cs == 1
         && m >= 2 * MC * threads
-        && n.div_ceil(nr) * nr * k * std::mem::size_of::<T>() <= WHOLE_B_MAX_BYTES
+        && whole_len * std::mem::size_of::<T>() <= WHOLE_B_MAX_BYTES
         && WHOLE_B.load(Ordering::Relaxed)
         && let Some(mut whole) = T::whole_b()
     {
@@ -648,7 +650,7 @@ unsafe fn gemm_with<T: GemmElem>(
         // `examples/gemm_paths` (calls alternated, 7 rounds): 512 69.3 -> 81.0, 1024 68.2 -> 81.6,
         // 2048 70.3 -> 83.9, 4096 69.6 -> 85.7; the gap narrows when the two vCPUs sit close
         // (1024: 83.5 -> 86.1 in an earlier paired run).
-        let buf = blocked::aligned_buf(&mut whole, n.div_ceil(nr) * nr * k);
+        let buf = blocked::aligned_buf(&mut whole, whole_len);
         // SAFETY: the buffer holds every panel; the view covers k x n.
         unsafe { pack_b_with(kern, k, n, bv, buf) };
         // SAFETY: forwarded, with B now packed whole from its view.

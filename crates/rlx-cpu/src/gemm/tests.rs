@@ -15,10 +15,16 @@ fn naive(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
 
 /// Runs f64 and f32 products in every operand layout against the naive product, and checks
 /// that the epilogue sees each element of C exactly once, after it is final.
-fn check(m: usize, n: usize, k: usize) {
+/// Row-major A (m x k) and B (k x n) of small exact values, and their product.
+fn operands(m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 % 13) as f64 - 6.0) / 5.0).collect();
     let b: Vec<f64> = (0..k * n).map(|i| ((i * 5 % 11) as f64 - 5.0) / 3.0).collect();
     let want = naive(m, n, k, &a, &b);
+    (a, b, want)
+}
+
+fn check(m: usize, n: usize, k: usize) {
+    let (a, b, want) = operands(m, n, k);
     let seen: Vec<AtomicU32> = (0..m * n).map(|_| AtomicU32::new(0)).collect();
     let mut c = vec![f64::NAN; m * n];
     let cp = c.as_mut_ptr() as usize;
@@ -217,9 +223,7 @@ fn a_busy_whole_b_buffer_falls_back_to_packing_b_block_by_block() {
         std::thread::yield_now();
     };
     let (m, n, k) = (419, 45, 1031);
-    let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 % 13) as f64 - 6.0) / 5.0).collect();
-    let b: Vec<f64> = (0..k * n).map(|i| ((i * 5 % 11) as f64 - 5.0) / 3.0).collect();
-    let want = naive(m, n, k, &a, &b);
+    let (a, b, want) = operands(m, n, k);
     for kern in f32::kernels() {
         check_kernel(&kern, 2, m, n, k, &a, &b, &want, 1e-3);
     }
