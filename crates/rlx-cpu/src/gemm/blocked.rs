@@ -27,38 +27,6 @@ pub(super) fn direct_a<T>(m: usize, k: usize, a: MatRef<T>, kern: &Kernel<T>) ->
     a.cs == 1 && m * kc_for(k, kern) * std::mem::size_of::<T>() <= DIRECT_A_BYTES
 }
 
-/// Where `gemm_direct`'s micro-kernels read A: in place (row-major), or from MR-row panels of all
-/// k columns packed once for the whole product (`pack_a_panels`: fixed offsets, one stream).
-#[derive(Clone, Copy)]
-pub(super) enum ASrc<T> {
-    /// Row-major, read in place.
-    Rows(MatRef<T>),
-    /// Panel t (rows t * MR ..) at `ptr + t * MR * k`, element (i, p) at `p * MR + i`.
-    Panels(*const T),
-}
-
-// SAFETY: read-only data that callers keep alive during the call.
-unsafe impl<T: Sync> Sync for ASrc<T> {}
-unsafe impl<T: Sync> Send for ASrc<T> {}
-
-impl<T: GemmElem> ASrc<T> {
-    /// The view of rows `ir..` from column `pc` (`ir` a multiple of `mr` for panels).
-    fn tile(&self, ir: usize, pc: usize, k: usize, mr: usize) -> MatRef<T> {
-        match *self {
-            ASrc::Rows(a) => MatRef { ptr: a.ptr.wrapping_offset(ir as isize * a.rs + pc as isize), rs: a.rs, cs: 1 },
-            ASrc::Panels(p) => MatRef { ptr: p.wrapping_add(ir * k + pc * mr), rs: 1, cs: mr as isize },
-        }
-    }
-
-    /// The rows from `i0` on (a multiple of `mr` for panels).
-    pub(super) fn skip_rows(self, i0: usize, k: usize) -> Self {
-        match self {
-            ASrc::Rows(a) => ASrc::Rows(a.skip_rows(i0)),
-            ASrc::Panels(p) => ASrc::Panels(p.wrapping_add(i0 * k)),
-        }
-    }
-}
-
 /// Whether `tiles` prefetches B micro-panels into L2, a slice per tile while the one before is
 /// in use: a panel streamed from DRAM or L3 otherwise stalls the first tile that reads it (the
 /// hardware prefetcher stops at every 4 KiB page). Paired runs on a Xeon, 2 threads, weights read
@@ -201,7 +169,7 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
     }
     if direct_a(m, k, a, kern) {
         // SAFETY: forwarded.
-        return unsafe { gemm_direct(kern, m, n, k, ASrc::Rows(a), b, c, (j0, None), slot, epi) };
+        return unsafe { gemm_direct(kern, m, n, k, a, b, c, (j0, None), slot, epi) };
     }
     let kcm = kc_for(k, kern);
     T::with_buffers(slot, |pa, pb| {
@@ -247,7 +215,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
     m: usize,
     n: usize,
     k: usize,
-    a: ASrc<T>,
+    a: MatRef<T>,
     b: BSrc<T>,
     c: MatMut<T>,
     (j0, next_j): (usize, Option<usize>),
@@ -265,7 +233,11 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
                 let kc = kcm.min(k - pc);
                 // SAFETY: the block lies inside B.
                 unsafe { b.pack(kern, pc, kc, j0 + jg, nc, pb) };
-                let ap = |ir: usize| a.tile(ir, pc, k, kern.mr);
+                let ap = |ir: usize| MatRef {
+                    ptr: a.ptr.wrapping_offset(ir as isize * a.rs + pc as isize),
+                    rs: a.rs,
+                    cs: 1,
+                };
                 let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jg, jr);
                 let cb = MatMut { ptr: c.ptr.wrapping_add(j0 + jg), rs: c.rs };
                 // B packed ahead of time (weights, usually out of cache): each next panel is

@@ -35,8 +35,8 @@ use crate::threads;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::aligned_buf;
-use blocked::{ASrc, direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 pub(crate) use blocked::{RowBands, even_span};
+use blocked::{direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -432,45 +432,6 @@ pub unsafe fn gemm_src<T: GemmElem>(
     unsafe { gemm_with(T::kernel(), threads::num_threads(), m, n, k, a, b, c, epi) }
 }
 
-/// Packs all of a row-major A into MR-row panels of all k columns (zero padded past m), in the
-/// shared buffer, on the pool; returns the guard and the panels. The micro-kernel then reads A at
-/// fixed offsets from one stream: a 12-row tile reading A in place keeps its row offsets on the
-/// stack. Only for tiles of more than 8 rows and products at least `PACK_A_MIN_N` wide (paired
-/// runs on a Xeon, 2 threads: +5-8% from n = 1024, -4-6% at n = 384, where the copy and its
-/// fork-join cost more than they save). None as well where the buffer is busy or the call comes
-/// from a pool task.
-fn pack_a_panels<T: GemmElem>(
-    kern: &Kernel<T>,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: MatRef<T>,
-    threads: usize,
-) -> Option<(std::sync::MutexGuard<'static, Vec<T>>, *const T)> {
-    let mr = kern.mr;
-    if mr <= 8 || a.cs != 1 || n < PACK_A_MIN_N || m < mr || threads::in_pool_task() {
-        return None;
-    }
-    let mut buf = T::shared_b()?;
-    let panels = m.div_ceil(mr);
-    let dst = blocked::aligned_buf(&mut buf, panels * mr * k).as_mut_ptr() as usize;
-    let tasks = if m * k < 1 << 15 { 1 } else { threads.min(panels) };
-    threads::parallel_for(tasks, &|t| {
-        let (p0, p1) = (t * panels / tasks, (t + 1) * panels / tasks);
-        if p0 < p1 {
-            let rows = (p1 * mr).min(m) - p0 * mr;
-            // SAFETY: tasks write disjoint panel ranges of the buffer, sized for all panels.
-            let out = unsafe { std::slice::from_raw_parts_mut((dst as *mut T).add(p0 * mr * k), (p1 - p0) * mr * k) };
-            // SAFETY: rows p0 * mr .. + rows and all k columns lie inside A.
-            unsafe { pack::pack_a(a, p0 * mr, rows, 0, k, mr, out) };
-        }
-    });
-    Some((buf, dst as *const T))
-}
-
-/// Narrowest product whose A `pack_a_panels` packs.
-const PACK_A_MIN_N: usize = 1024;
-
 /// Elements added to each row of A's padded copy: one cache line, so consecutive rows fall in
 /// different L1 sets.
 const A_ROW_PAD: usize = 64;
@@ -561,19 +522,18 @@ unsafe fn gemm_with<T: GemmElem>(
         // descheduled thread's tasks go to the others). With B a view and many rows, B would be packed once per row
         // block: the whole-B path below packs it once first.
         let size = std::mem::size_of::<T>();
-        // Held while the tasks read the padded copy of A, if one is made.
+        // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
+        // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
+        // measured slower on a Zen 5 once the 12-row kernel read rows from four pointers in asm
+        // (`examples/gemm_paths`, 2 threads: 1024^3 83.3 -> 85.3% of the FMA peak, 2048^3 83.2 ->
+        // 85.9%, 128 x 384 x 1536 with B packed ahead 85.0 -> 92.7%).
         let _copy_of_a;
-        let (a, a_src) = if let Some((guard, panels)) = pack_a_panels(kern, m, n, k, a, threads) {
-            _copy_of_a = guard;
-            (a, ASrc::Panels(panels))
-        } else {
-            match restride_a(m, n, k, a, threads) {
-                Some((guard, view)) => {
-                    _copy_of_a = guard;
-                    (view, ASrc::Rows(view))
-                }
-                None => (a, ASrc::Rows(a)),
+        let a = match restride_a(m, n, k, a, threads) {
+            Some((guard, view)) => {
+                _copy_of_a = guard;
+                view
             }
+            None => a,
         };
         let tiles_m = m.div_ceil(mr);
         let rb_tiles =
@@ -612,7 +572,7 @@ unsafe fn gemm_with<T: GemmElem>(
                     i1 - i0,
                     j1 - j0,
                     k,
-                    a_src.skip_rows(i0, k),
+                    a.skip_rows(i0),
                     b,
                     c.skip_rows(i0),
                     (j0, next_j),

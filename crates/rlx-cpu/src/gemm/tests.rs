@@ -64,7 +64,7 @@ fn check(m: usize, n: usize, k: usize) {
             stream: None,
         };
         check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
-        // A tile of more than 8 rows: wide products read A from panels packed once.
+        // A tile of more than 8 rows (as the AVX-512 12-row tiles), on a portable kernel.
         let tall = Kernel {
             name: "portable-13x8",
             mr: 13,
