@@ -524,9 +524,9 @@ unsafe fn gemm_with<T: GemmElem>(
         let size = std::mem::size_of::<T>();
         // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
         // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
-        // measured slower on a Zen 5 once the 12-row kernel read rows from four pointers in asm
-        // (`examples/gemm_paths`, 2 threads: 1024^3 83.3 -> 85.3% of the FMA peak, 2048^3 83.2 ->
-        // 85.9%, 128 x 384 x 1536 with B packed ahead 85.0 -> 92.7%).
+        // cost more than they saved on a Zen 5 once the 12-row kernel read rows from four pointers
+        // in asm (`examples/gemm_bench`, builds alternated, 2 threads: 1024^3 416 -> 428 GFLOP/s,
+        // 2048^3 393 -> 435, 1024 x 384 x 1536 451 -> 459, the other model shapes level).
         let _copy_of_a;
         let a = match restride_a(m, n, k, a, threads) {
             Some((guard, view)) => {
