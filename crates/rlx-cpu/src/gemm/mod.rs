@@ -1,10 +1,10 @@
 //! Packed, cache-blocked GEMM: C = A * B with arbitrary strides (so transposed operands cost
 //! nothing), BLIS-style loops around a register-blocked micro-kernel chosen once at run time
 //! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, NEON 8x12 / 6x8 on
-//! aarch64, a portable kernel elsewhere). A row-major A whose k block fits L2 is read in place
-//! (through a padded copy when its rows are 4 KiB apart); B is packed as the product
-//! runs (all of it first, for threaded products with many rows; else a block at a time, one copy
-//! shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
+//! aarch64, a portable kernel elsewhere). A row-major A is read in place (through a padded copy
+//! when its rows are 4 KiB apart); B is packed as the product runs (all of it first, for
+//! products with many rows; else a block at a time, one copy shared by all threads) or once
+//! ahead of time (`pack_b_full`, for weights). An
 //! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
 //! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
 //! nothing; every buffer starts on a 64-byte line (`aligned_buf`).
@@ -589,10 +589,6 @@ unsafe fn gemm_with<T: GemmElem>(
         }
         return;
     }
-    if threads == 1 {
-        // SAFETY: forwarded.
-        return unsafe { gemm_block(kern, m, n, k, a, b, c, 0, threads::slot(), epi) };
-    }
     // Elements of all of B packed into this kernel's panels.
     let whole_len = tiles_n * nr * k;
     if let BSrc::View(bv) = b
@@ -601,6 +597,7 @@ unsafe fn gemm_with<T: GemmElem>(
         && m >= 2 * MC * threads
         && whole_len * std::mem::size_of::<T>() <= WHOLE_B_MAX_BYTES
         && WHOLE_B.load(Ordering::Relaxed)
+        && (threads > 1 || !threads::in_pool_task())
         && let Some(mut whole) = T::whole_b()
     {
         // Many rows, A row-major: pack all of B once, on the pool, then run the grid of
@@ -609,12 +606,19 @@ unsafe fn gemm_with<T: GemmElem>(
         // half in that core's cache, modified. n^3 as % of the FMA peak on a 2-core Zen 5,
         // `examples/gemm_paths` (calls alternated, 7 rounds): 512 69.3 -> 81.0, 1024 68.2 -> 81.6,
         // 2048 70.3 -> 83.9, 4096 69.6 -> 85.7; the gap narrows when the two vCPUs sit close
-        // (1024: 83.5 -> 86.1 in an earlier paired run).
+        // (1024: 83.5 -> 86.1 in an earlier paired run). One thread too (instead of `gemm_block`,
+        // which packs B a block at a time and A per block): `examples/gemm_bench N` with
+        // `RLX_NUM_THREADS=1`, 5 alternations: 1024^3 204.9 -> 211.6 GFLOP/s, 2048^3 198.8 -> 211.1,
+        // 4096^3 195 -> 218 (3 alternations), 256^3 level.
         let buf = blocked::aligned_buf(&mut whole, whole_len);
         // SAFETY: the buffer holds every panel; the view covers k x n.
         unsafe { pack_b_with(kern, k, n, bv, buf) };
         // SAFETY: forwarded, with B now packed whole from its view.
         return unsafe { gemm_with(kern, threads, m, n, k, a, BSrc::Packed(bv, buf.as_ptr()), c, epi) };
+    }
+    if threads == 1 {
+        // SAFETY: forwarded.
+        return unsafe { gemm_block(kern, m, n, k, a, b, c, 0, threads::slot(), epi) };
     }
     if let BSrc::View(bv) = b
         && k > 0
