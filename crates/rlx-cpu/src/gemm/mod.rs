@@ -1,10 +1,10 @@
 //! Packed, cache-blocked GEMM: C = A * B with arbitrary strides (so transposed operands cost
 //! nothing), BLIS-style loops around a register-blocked micro-kernel chosen once at run time
 //! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, NEON 8x12 / 6x8 on
-//! aarch64, a portable kernel elsewhere). A row-major A is read in place (through a padded copy
-//! when its rows are 4 KiB apart); B is packed as the product runs (all of it first, for
-//! products with many rows; else a block at a time, one copy shared by all threads) or once
-//! ahead of time (`pack_b_full`, for weights). An
+//! aarch64, a portable kernel elsewhere). The task grid reads a row-major A in place (through a
+//! padded copy when its rows are 4 KiB apart), the other paths pack A a block at a time; B is
+//! packed as the product runs (all of it first, for products with many rows; else a block at a
+//! time, one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
 //! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
 //! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
 //! nothing; every buffer starts on a 64-byte line (`aligned_buf`).
