@@ -190,8 +190,8 @@ fn matches_naive_on_awkward_sizes_and_transposes() {
 fn every_split_and_blocking_path_matches_naive() {
     // Direct A with several k blocks; packed A (past DIRECT_A_BYTES) with partial panels;
     // the row split (few columns); k past one block with a ragged tail; row-block grids; many
-    // rows (m >= 2 * MC * threads): B packed whole (A row-major) or block by block and shared
-    // (A transposed), with ragged row tasks, columns and k blocks.
+    // rows (m >= 2 * MC * threads): B packed whole (A row-major, one thread too) or block by block
+    // and shared (A transposed), with ragged row tasks, columns and k blocks.
     for &(m, n, k) in &[
         (128, 200, 1000),
         (301, 77, 600),
@@ -207,6 +207,8 @@ fn every_split_and_blocking_path_matches_naive() {
         // Rows 4 KiB apart (f32): A is copied with padded rows first (`restride_a`).
         (64, 96, 1024),
         (130, 70, 2048),
+        // ... and B packed whole first (many rows).
+        (400, 70, 1024),
     ] {
         check(m, n, k);
     }
@@ -214,8 +216,8 @@ fn every_split_and_blocking_path_matches_naive() {
 
 #[test]
 fn a_busy_whole_b_buffer_falls_back_to_packing_b_block_by_block() {
-    // Another product holds the whole-B buffer: a row-major A takes the shared-block path.
-    // Other tests hold it only for the length of a product.
+    // Another product holds the whole-B buffer: a row-major A takes the shared-block path on two
+    // threads, the blocked loop on one. Other tests hold it only for the length of a product.
     let _held = loop {
         if let Some(guard) = f32::whole_b() {
             break guard;
@@ -225,7 +227,9 @@ fn a_busy_whole_b_buffer_falls_back_to_packing_b_block_by_block() {
     let (m, n, k) = (419, 45, 1031);
     let (a, b, want) = operands(m, n, k);
     for kern in f32::kernels() {
-        check_kernel(&kern, 2, m, n, k, &a, &b, &want, 1e-3);
+        for threads in [1, 2] {
+            check_kernel(&kern, threads, m, n, k, &a, &b, &want, 1e-3);
+        }
     }
 }
 
