@@ -1,7 +1,7 @@
-//! The threaded n^3 f32 product with B packed whole before the tasks run (the default) against
-//! B packed a block at a time and shared by the threads (`set_whole_b_packing(false)`), as % of
-//! the FMA peak measured in the same round, the two alternated call by call; operands on 2 MiB
-//! pages, as RLX's own buffers are.
+//! The n^3 f32 product with B packed whole before the tasks run (the default) against B packed
+//! a block at a time (`set_whole_b_packing(false)`: shared by the threads; with
+//! `RLX_NUM_THREADS=1` the blocked loop), as % of the FMA peak measured in the same round, the
+//! two alternated call by call; operands on 2 MiB pages, as RLX's own buffers are.
 //!
 //! `cargo run --release -p rlx-cpu --example gemm_paths -- [n..] [--rounds R]`
 
@@ -30,7 +30,7 @@ fn main() {
     }
     let threads = rlx_cpu::threads::num_threads();
     println!("f32 n^3 on {threads} threads, % of the FMA peak (median of {rounds} rounds)");
-    println!("| n | B packed whole | B shared a block at a time | whole / shared |");
+    println!("| n | B packed whole | B a block at a time | whole / block |");
     println!("|---|---|---|---|");
     for n in sizes {
         let fill = |f: fn(usize) -> f32| {

@@ -142,7 +142,7 @@ pub trait GemmElem: gemv::GemvElem + Send + Sync + 'static {
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R;
     /// The B block shared by all threads of one product, unless another product holds it.
     fn shared_b() -> Option<std::sync::MutexGuard<'static, Vec<Self>>>;
-    /// The buffer a threaded product packs all of its B into, unless another product holds it.
+    /// The buffer a product with many rows packs all of its B into, unless another product holds it.
     fn whole_b() -> Option<std::sync::MutexGuard<'static, Vec<Self>>>;
 }
 
@@ -162,18 +162,20 @@ fn nc_block(nr: usize) -> usize {
 /// 4, alternated five times on a Xeon (2 threads, weights from DRAM): 1024 x 384 x 384 +2-12%,
 /// 1024 x 1536 x 384 +0-6%, 1024 x 384 x 1536 and 128 x 384 x 384 the same.
 const GROUP_PANELS: usize = 8;
-/// Whether threaded products pack all of a view B up front (`set_whole_b_packing`).
+/// Whether products with many rows pack all of a view B up front (`set_whole_b_packing`).
 static WHOLE_B: AtomicBool = AtomicBool::new(true);
 
-/// Whether a threaded product with a row-major A and many rows packs all of B once before its
-/// tasks run (the default), or a block at a time, each block shared by the threads as they go.
+/// Whether a product with a row-major A and many rows packs all of B once before its tasks run
+/// (the default), or a block at a time (on several threads each block shared by the threads as
+/// they go, on one the blocked loop of `gemm_block`).
 /// For side-by-side measurements (`examples/gemm_paths.rs`); results are the same either way.
 pub fn set_whole_b_packing(on: bool) {
     WHOLE_B.store(on, Ordering::Relaxed);
 }
 
-/// Largest B that a threaded product packs whole (`whole_b`); a larger one is packed a block at a
-/// time (`gemm_shared`). The buffer is kept for the next product, as the other packing buffers are.
+/// Largest B that a product packs whole (`whole_b`); a larger one is packed a block at a time
+/// (`gemm_shared`, or `gemm_block` on one thread). The buffer is kept for the next product, as
+/// the other packing buffers are.
 const WHOLE_B_MAX_BYTES: usize = 256 << 20;
 /// Largest A read in place by the micro-kernels (see `direct_a`).
 const DIRECT_A_BYTES: usize = 256 << 10;
@@ -597,7 +599,8 @@ unsafe fn gemm_with<T: GemmElem>(
         && m >= 2 * MC * threads
         && whole_len * std::mem::size_of::<T>() <= WHOLE_B_MAX_BYTES
         && WHOLE_B.load(Ordering::Relaxed)
-        && (threads > 1 || !threads::in_pool_task())
+        // A product its caller split (a pool task) keeps the blocked loop below.
+        && !threads::in_pool_task()
         && let Some(mut whole) = T::whole_b()
     {
         // Many rows, A row-major: pack all of B once, on the pool, then run the grid of
