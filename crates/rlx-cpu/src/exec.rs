@@ -392,6 +392,9 @@ impl rlx_driver::Executable for CpuExecutable {
             unsafe { std::ptr::copy_nonoverlapping(l.ptr, dst.as_mut_ptr(), l.len) };
         }
         write_updates(&self.rcopies, &self.staged, &mut self.staging);
+        // Buffers a task grew on one pool thread, grown on every thread: warm runs allocate
+        // nothing whichever thread takes which task.
+        crate::kernels::spread_thread_buffers();
         Ok(())
     }
 

@@ -146,6 +146,8 @@ struct Pool {
     finished_cv: Condvar,
     turn: Mutex<u64>,
     panicked: AtomicUsize,
+    /// Workers spawned (fewer than asked where the OS refused a thread).
+    workers: AtomicUsize,
     /// The workers' CPUs, where they are pinned.
     pins: Option<pin::Pins>,
 }
@@ -180,6 +182,7 @@ fn pool() -> &'static Pool {
             finished_cv: Condvar::new(),
             turn: Mutex::new(0),
             panicked: AtomicUsize::new(0),
+            workers: AtomicUsize::new(0),
             pins: pin::Pins::new(num_threads() - 1),
         }));
         for i in 1..num_threads() {
@@ -193,6 +196,7 @@ fn pool() -> &'static Pool {
             if spawned.is_err() {
                 break;
             }
+            pool.workers.fetch_add(1, Ordering::Release);
         }
         pool
     })
@@ -254,19 +258,29 @@ fn worker(p: &'static Pool) {
 /// thread allocates while it starts). Called when the CPU backend is created.
 pub fn start() {
     spin_limit();
-    let n = num_threads();
-    if n > 1 {
+    // Inside a pool task the tasks below would run inline, each waiting for the others.
+    if num_threads() > 1 && !in_pool_task() {
+        let n = pool().workers.load(Ordering::Acquire) + 1;
         let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-        // Each task waits briefly for the others, so that every worker takes one.
+        // Each task waits for the others, so that every worker takes one. On a loaded machine a
+        // new thread may first run long after its spawn: wait up to START_WAIT (it was 50 ms),
+        // yielding the CPU to it after the first millisecond.
         parallel_for_dynamic(n, &|t| {
             seen[t].store(1, Ordering::Release);
             let start = std::time::Instant::now();
-            while seen.iter().any(|s| s.load(Ordering::Acquire) == 0) && start.elapsed().as_millis() < 50 {
-                std::hint::spin_loop();
+            while seen.iter().any(|s| s.load(Ordering::Acquire) == 0) && start.elapsed() < START_WAIT {
+                if start.elapsed().as_micros() < 1000 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         });
     }
 }
+
+/// The longest `start` waits for every worker to take a task.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Runs `f(task)` for every task in `0..tasks` on the shared pool and the calling thread, tasks
 /// claimed in order by whichever thread is free: for task lists whose sizes shrink toward the

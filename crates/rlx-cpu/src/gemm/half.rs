@@ -7,10 +7,10 @@
 //! grown once and reused, so a warm call allocates nothing.
 
 use super::half_convert::widen;
+use super::slots::PackSlots;
 use super::{APanel, GemmElem, Kernel, MatMut, MatRef, half_gemv};
 use crate::threads;
 use std::cell::RefCell;
-use std::sync::Mutex;
 
 pub use super::half_convert::{HalfElem, narrow_isa, simd, widen_isa};
 
@@ -23,10 +23,8 @@ const MAX_COL_PANELS: usize = 16;
 /// Elements widened at a time when a row or column is scattered into a panel.
 const CHUNK: usize = 128;
 
-/// Packing slots of the pool workers (`threads::slot()`, from 1).
-const SLOTS: usize = 64;
 /// Packed A and B (f32) of the calls made on each pool worker.
-static PACK: [Mutex<(Vec<f32>, Vec<f32>)>; SLOTS] = [const { Mutex::new((Vec::new(), Vec::new())) }; SLOTS];
+static PACK: PackSlots<f32> = PackSlots::new();
 
 thread_local! {
     /// Packed A and B of the calls made on a thread outside the pool: callers never share
@@ -50,9 +48,9 @@ fn grow(a: &mut Vec<f32>, b: &mut Vec<f32>, (na, nb): (usize, usize)) {
     }
 }
 
-/// Runs `f` with this thread's packing buffers (`super::with_slot`), grown to `sizes`.
+/// Runs `f` with this thread's packing buffers (`PackSlots::with`), grown to `sizes`.
 fn with_pack<R>(sizes: (usize, usize), f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
-    super::with_slot(&PACK, &LOCAL, threads::slot(), |a, b| {
+    PACK.with(&LOCAL, threads::slot(), |a, b| {
         grow(a, b, sizes);
         f(a, b)
     })
@@ -64,9 +62,16 @@ pub fn reserve_all(m: usize, n: usize, k: usize, packed_b: bool) {
     if m >= 4 {
         let sizes = pack_sizes(m, n, k, packed_b);
         // Slot 0: this thread's own buffers.
-        (0..=threads::num_threads().min(SLOTS - 1))
-            .for_each(|s| super::with_slot(&PACK, &LOCAL, s, |a, b| grow(a, b, sizes)));
+        (0..=threads::num_threads().min(super::slots::SLOTS - 1))
+            .for_each(|s| PACK.with(&LOCAL, s, |a, b| grow(a, b, sizes)));
     }
+}
+
+/// `slots::PackSlots::spread` for the half-precision packing buffers.
+pub(crate) fn spread_pack_buffers() {
+    PACK.spread(&LOCAL);
+    #[cfg(target_arch = "x86_64")]
+    super::half_amx::spread_pack_buffers();
 }
 
 /// The f32 micro-kernel: the one the f32 GEMM picked at start-up (AVX-512 or AVX2), or the

@@ -12,9 +12,11 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use super::half::TileEpilogue;
+use super::slots::PackSlots;
 use super::{MatMut, MatRef};
 use ::half::bf16;
 use std::arch::asm;
+use std::cell::RefCell;
 
 /// Rows (and columns) of one tile; a task's block is two by two tiles.
 pub(crate) const T: usize = 16;
@@ -315,12 +317,22 @@ pub(crate) unsafe fn release_tiles() {
     asm!("tilerelease", options(nostack));
 }
 
+/// The packed B of the products the pool threads run (the B half of each pair), grown once and
+/// reused: warm calls allocate nothing (`PackSlots::spread`).
+static B_SLOTS: PackSlots<u16> = PackSlots::new();
+/// The A blocks of the tasks the pool threads run (the A half of each pair), likewise.
+static A_SLOTS: PackSlots<u16> = PackSlots::new();
+
 thread_local! {
-    /// The packed B of the product this thread runs, grown once and reused: a warm call
-    /// allocates nothing.
-    static B_SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The A block of the task this thread runs, likewise.
-    static A_SCRATCH: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// `B_SLOTS` and `A_SLOTS` of a thread outside the pool.
+    static B_LOCAL: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static A_LOCAL: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `PackSlots::spread` for the AMX packing buffers.
+pub(crate) fn spread_pack_buffers() {
+    B_SLOTS.spread(&B_LOCAL);
+    A_SLOTS.spread(&A_LOCAL);
 }
 
 /// C = A * B for bf16 A (m x k), B (k x n) and C, sums in f32 on AMX; `epi(row, first column,
@@ -345,7 +357,7 @@ pub unsafe fn gemm(
 ) {
     let len = packed_len(k, n);
     let row_blocks = m.div_ceil(2 * T);
-    B_SCRATCH.with_borrow_mut(|own| {
+    B_SLOTS.with(&B_LOCAL, crate::threads::slot(), |_, own| {
         // Tile rows that straddle cache lines load at 0.4x the speed: a packed B off a 64-byte
         // boundary is packed again here.
         let pb = match packed_b {
@@ -374,7 +386,9 @@ pub unsafe fn gemm(
             let rbs = ch * chunk..((ch + 1) * chunk).min(row_blocks);
             let cbs = part * col_blocks / parts..(part + 1) * col_blocks / parts;
             // SAFETY: forwarded; tasks own disjoint blocks of C.
-            A_SCRATCH.with_borrow_mut(|pa| unsafe { rows(rbs, cbs, m, n, k, a, pb as *const u16, pa, c, epi) })
+            A_SLOTS.with(&A_LOCAL, crate::threads::slot(), |pa, _| unsafe {
+                rows(rbs, cbs, m, n, k, a, pb as *const u16, pa, c, epi)
+            })
         };
         let tasks = chunks * parts;
         if threads > 1 && tasks > 1 {

@@ -30,6 +30,7 @@ mod neon;
 mod pack;
 #[cfg(target_arch = "x86_64")]
 mod pack_x86;
+pub(crate) mod slots;
 
 use crate::threads;
 #[cfg(target_arch = "x86_64")]
@@ -37,6 +38,7 @@ pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::aligned_buf;
 pub(crate) use blocked::{RowBands, even_span};
 use blocked::{direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
+use slots::PackSlots;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -193,46 +195,25 @@ pub const SERIAL_FLOPS: f64 = 2.0e5;
 /// Most tasks one GEMM is split into (one packing slot each).
 const MAX_TASKS: usize = 64;
 
-type Slots<T> = [Mutex<(Vec<T>, Vec<T>)>; MAX_TASKS];
-static BUF_F32: Slots<f32> = [const { Mutex::new((Vec::new(), Vec::new())) }; MAX_TASKS];
-static BUF_F64: Slots<f64> = [const { Mutex::new((Vec::new(), Vec::new())) }; MAX_TASKS];
+static BUF_F32: PackSlots<f32> = PackSlots::new();
+static BUF_F64: PackSlots<f64> = PackSlots::new();
 static SHARED_F32: Mutex<Vec<f32>> = Mutex::new(Vec::new());
 static SHARED_F64: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 static WHOLE_B_F32: Mutex<Vec<f32>> = Mutex::new(Vec::new());
 static WHOLE_B_F64: Mutex<Vec<f64>> = Mutex::new(Vec::new());
-
-/// Packing buffers of a thread outside the pool (slot 0): callers on different threads never
-/// share, or wait on, each other's buffers.
-pub(crate) type LocalBufs<T> = std::thread::LocalKey<RefCell<(Vec<T>, Vec<T>)>>;
 
 thread_local! {
     static LOCAL_F32: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     static LOCAL_F64: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// Runs `f` with the packing buffers of pool slot `slot` (of `slots`, one per pool worker), or
-/// with this thread's own (`local`) when it is not a pool worker (slot 0). Two user threads
-/// multiplying at once serialized on one shared slot before: two 512 x 1024 x 1024 products on
-/// two threads ran at one thread's speed.
-pub(crate) fn with_slot<T, R>(
-    slots: &[Mutex<(Vec<T>, Vec<T>)>],
-    local: &'static LocalBufs<T>,
-    slot: usize,
-    f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R,
-) -> R {
-    if slot == 0 {
-        return local.with(|l| match l.try_borrow_mut() {
-            Ok(mut g) => {
-                let (pa, pb) = &mut *g;
-                f(pa, pb)
-            }
-            // A nested product on this thread (an epilogue that multiplies): buffers of its own.
-            Err(_) => f(&mut Vec::new(), &mut Vec::new()),
-        });
-    }
-    let mut b = slots[slot % slots.len()].lock().unwrap_or_else(|e| e.into_inner());
-    let (pa, pb) = &mut *b;
-    f(pa, pb)
+/// Grows every pool thread's packing buffers (and this thread's) to the longest any of them
+/// reached (`slots::PackSlots::spread`): called after each run of a compiled graph, so the
+/// next runs allocate nothing whichever thread takes which task.
+pub(crate) fn spread_pack_buffers() {
+    BUF_F32.spread(&LOCAL_F32);
+    BUF_F64.spread(&LOCAL_F64);
+    half::spread_pack_buffers();
 }
 
 /// The shared B buffer, or None while another product (on another thread) holds it.
@@ -266,7 +247,7 @@ impl GemmElem for f32 {
         K.get_or_init(|| choose(Self::kernels()))
     }
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<f32>, &mut Vec<f32>) -> R) -> R {
-        with_slot(&BUF_F32, &LOCAL_F32, slot, f)
+        BUF_F32.with(&LOCAL_F32, slot, f)
     }
     fn shared_b() -> Option<std::sync::MutexGuard<'static, Vec<f32>>> {
         try_shared(&SHARED_F32)
@@ -290,7 +271,7 @@ impl GemmElem for f64 {
         K.get_or_init(|| choose(Self::kernels()))
     }
     fn with_buffers<R>(slot: usize, f: impl FnOnce(&mut Vec<f64>, &mut Vec<f64>) -> R) -> R {
-        with_slot(&BUF_F64, &LOCAL_F64, slot, f)
+        BUF_F64.with(&LOCAL_F64, slot, f)
     }
     fn shared_b() -> Option<std::sync::MutexGuard<'static, Vec<f64>>> {
         try_shared(&SHARED_F64)

@@ -106,6 +106,14 @@ pub fn table() -> KernelTable<KernelBuilder> {
     t
 }
 
+/// Grows the per-thread buffers that tasks grow on first use (GEMM packing, AMX weight
+/// panels) on every pool thread to the longest any reached. Called after each run of a compiled
+/// graph, so warm runs allocate nothing whichever thread takes which task.
+pub(crate) fn spread_thread_buffers() {
+    crate::gemm::spread_pack_buffers();
+    quant::spread_thread_buffers();
+}
+
 /// An error for a kernel builder reached with a type it does not handle.
 pub fn unsupported(ctx: &KernelCtx<'_>) -> rlx_ir::Error {
     rlx_ir::Error::Unsupported {

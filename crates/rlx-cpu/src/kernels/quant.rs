@@ -588,5 +588,12 @@ fn dequantize(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }))
 }
 
+/// Grows every pool thread's weight-panel buffer to the longest any reached (after each run of
+/// a compiled graph: warm runs allocate nothing whichever thread takes which task).
+pub(crate) fn spread_thread_buffers() {
+    #[cfg(target_arch = "x86_64")]
+    amx::spread_panels();
+}
+
 #[cfg(test)]
 mod tests;

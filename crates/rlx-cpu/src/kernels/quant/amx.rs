@@ -13,6 +13,7 @@ use super::OutPtr;
 use super::repack::{Q5K_QH, Q5K_QS, Q6K_D, Q6K_QS, Q6K_SC, ROWS, group_block_bytes};
 use crate::gemm::aligned_buf;
 use crate::gemm::half_amx::{self, T, block, block16, configure_tiles, panel_len, release_tiles};
+use crate::gemm::slots::PackSlots;
 use crate::threads::parallel_for;
 use rlx_ir::QuantScheme;
 use std::arch::x86_64::*;
@@ -42,9 +43,19 @@ fn band_rows(k: usize) -> usize {
     (BAND_BYTES / (2 * k)).clamp(32, 256) / 32 * 32
 }
 
+/// The weight panels of the tasks the pool threads run (the A half of each pair), grown once
+/// per thread and spread to all (`PackSlots::spread`).
+static PANELS: PackSlots<u16> = PackSlots::new();
+
 thread_local! {
-    /// A task's weight panels (grown once per thread).
-    static PANELS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// `PANELS` of a thread outside the pool.
+    static PANELS_LOCAL: std::cell::RefCell<(Vec<u16>, Vec<u16>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `PackSlots::spread` for the weight panels.
+pub(crate) fn spread_panels() {
+    PANELS.spread(&PANELS_LOCAL);
 }
 
 /// Elements of the bf16 activation buffer `gemm` takes for `m` rows of `k` (whole 32-row blocks
@@ -97,7 +108,7 @@ pub unsafe fn gemm(
     let band = band_rows(k);
     parallel_for(n.div_ceil(band), &|t| {
         let (j0, j1) = (t * band, ((t + 1) * band).min(n.div_ceil(2 * T) * 2 * T));
-        PANELS.with_borrow_mut(|panels| {
+        PANELS.with(&PANELS_LOCAL, crate::threads::slot(), |panels, _| {
             let plen = panel_len(k);
             let panels = aligned_buf(panels, band / T * plen);
             for (q, j) in (j0..j1).step_by(T).enumerate() {
