@@ -263,6 +263,47 @@ fn half_elementwise_fused_and_reductions() {
     }
 }
 
+/// Attention (grouped-query heads; causal, sliding-window and unmasked; prefill rows over the
+/// pool and one decode row; f32 and half precision, whose Q/K/V are widened into the arena),
+/// with rope on the queries and layer and RMS norms around it.
+fn attention_rope_and_norms() {
+    use rlx_ir::ops::MaskKind;
+    let (heads, kv_heads, d) = (8, 2, 64);
+    for (dt, s, t, mask) in [
+        (DType::F32, 256, 256, MaskKind::Causal),
+        (DType::F32, 96, 96, MaskKind::SlidingWindow(32)),
+        (DType::F32, 1, 300, MaskKind::None),
+        (DType::F16, 128, 128, MaskKind::Causal),
+        (DType::BF16, 1, 200, MaskKind::Causal),
+    ] {
+        let mut g = Graph::new("attn");
+        let q = g.input("q", Shape::new(&[1, heads, s, d], dt));
+        let k = g.input("k", Shape::new(&[1, kv_heads, t, d], dt));
+        let v = g.input("v", Shape::new(&[1, kv_heads, t, d], dt));
+        let pos = g.input("pos", Shape::new(&[s], DType::I64));
+        let gamma = g.param("gamma", Shape::new(&[d], dt));
+        let beta = g.param("beta", Shape::new(&[d], dt));
+        let qn = g.rms_norm(q, gamma, 1e-6);
+        let qr = g.rope(qn, pos, 10000.0);
+        let a = g.attention(qr, k, v, mask, 0.125);
+        let y = g.layer_norm(a, gamma, beta, 1e-5);
+        g.set_outputs(vec![y]);
+        let t_ = |dims: &[usize], c: f64| {
+            let vals: Vec<f64> = (0..dims.iter().product()).map(|i| (i as f64 * c).sin()).collect();
+            HostTensor::from_f64(dims, dt, &vals).unwrap()
+        };
+        let positions: Vec<i64> = (0..s as i64).map(|i| i + (t - s) as i64).collect();
+        let ins = [
+            t_(&[1, heads, s, d], 0.37),
+            t_(&[1, kv_heads, t, d], 0.11),
+            t_(&[1, kv_heads, t, d], 0.23),
+            HostTensor::from_i64(&[s], DType::I64, &positions).unwrap(),
+        ];
+        let params = [t_(&[d], 0.5), t_(&[d], 0.9)];
+        assert_eq!(allocs_during_run(&g, &params, &ins), 0, "{dt} s {s} t {t} {mask:?}");
+    }
+}
+
 fn main() {
     half_elementwise_fused_and_reductions();
     half_matmuls();
@@ -274,5 +315,6 @@ fn main() {
     small_matmul();
     threaded_matmul();
     quantized_matmul_and_dequantize();
+    attention_rope_and_norms();
     println!("zero_alloc: warm runs allocate nothing");
 }

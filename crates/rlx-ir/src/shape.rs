@@ -84,9 +84,9 @@ impl Shape {
         self.fixed_dims().ok_or_else(|| format!("this op needs static dims, got {self}"))
     }
 
-    /// Element count when static.
+    /// Element count when static (no allocation: run paths call it).
     pub fn numel(&self) -> Option<usize> {
-        self.fixed_dims().map(|d| d.iter().product())
+        self.dims.iter().map(Dim::fixed).product()
     }
 
     /// Size in bytes when static.

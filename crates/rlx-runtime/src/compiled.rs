@@ -235,7 +235,7 @@ impl CompiledGraph {
             return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
         }
         for (((name, shape), b), &n) in self.inputs.iter().zip(inputs).zip(&self.input_bytes) {
-            // Precomputed sizes: `Shape::numel` would allocate on this allocation-free path.
+            // Byte sizes computed once at compile time.
             if b.len() != n {
                 check_len("input", name, shape, b.len())?;
             }

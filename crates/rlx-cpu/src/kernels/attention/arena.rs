@@ -20,7 +20,8 @@ pub(super) fn with_buffers<C: Real, R>(lens: [usize; 4], f: impl FnOnce([&mut [C
     let size = std::mem::size_of::<C>();
     // Each part starts on a cache line.
     let line = 64 / size;
-    let padded: Vec<usize> = lens.iter().map(|&n| n.div_ceil(line) * line).collect();
+    // An array, not a Vec: the warm path allocates nothing.
+    let padded = lens.map(|n| n.div_ceil(line) * line);
     let total: usize = padded.iter().sum();
     let words = (total * size).div_ceil(8);
     let split = |words: &mut [f64]| {
