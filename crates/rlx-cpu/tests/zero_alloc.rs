@@ -2,33 +2,15 @@
 //! sees none on any thread, pool workers included.
 
 use rlx_driver::Backend;
+use rlx_driver::alloc_count::{CountingAllocator, count};
 use rlx_ir::ops::quant::packed;
 use rlx_ir::{DType, Graph, HostTensor, QuantScheme, Shape};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
 // Counts allocations on every thread (pool workers included) while runs are measured. The file
 // runs without libtest (`harness = false`): libtest's main thread records the running test in a
 // map after spawning it and, on a loaded machine, did so during a measured run (a CI failure).
-static COUNTING: AtomicBool = AtomicBool::new(false);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static ALLOC: CountingAllocator = CountingAllocator;
 
 /// Allocations on any thread during five runs after two warm-up runs.
 fn allocs_during_run(g: &Graph, params: &[HostTensor], inputs: &[HostTensor]) -> usize {
@@ -47,13 +29,11 @@ fn allocs_during_run(g: &Graph, params: &[HostTensor], inputs: &[HostTensor]) ->
     for _ in 0..2 {
         exe.run(&in_refs, &mut out_refs).unwrap();
     }
-    let before = ALLOCS.load(Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    for _ in 0..5 {
-        exe.run(&in_refs, &mut out_refs).unwrap();
-    }
-    COUNTING.store(false, Ordering::SeqCst);
-    ALLOCS.load(Ordering::SeqCst) - before
+    count(|| {
+        for _ in 0..5 {
+            exe.run(&in_refs, &mut out_refs).unwrap();
+        }
+    })
 }
 
 fn elementwise_reduce_softmax_gather_topk() {

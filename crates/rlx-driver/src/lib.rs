@@ -5,6 +5,7 @@
 //! is still missing in the dispatch report.
 #![warn(missing_docs)]
 
+pub mod alloc_count;
 mod device;
 pub mod huge_pages;
 mod legalize;

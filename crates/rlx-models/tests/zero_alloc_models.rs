@@ -5,40 +5,14 @@
 //! whose own threads could allocate while runs are counted.
 
 use rlx_driver::Device;
+use rlx_driver::alloc_count::{CountingAllocator, count};
 use rlx_ir::DType;
 use rlx_models::SentenceEmbedder;
 use rlx_models::llm::LlmModel;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-static COUNTING: AtomicBool = AtomicBool::new(false);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-}
 
 #[global_allocator]
-static A: Counting = Counting;
-
-/// Allocations on any thread while `f` runs.
-fn counted(f: impl FnOnce()) -> usize {
-    let before = ALLOCS.load(Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    f();
-    COUNTING.store(false, Ordering::SeqCst);
-    ALLOCS.load(Ordering::SeqCst) - before
-}
+static ALLOC: CountingAllocator = CountingAllocator;
 
 fn fixtures() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
@@ -58,7 +32,7 @@ fn tiny_bert() {
     let mut run = || c.run_into(&[&ids, &types, &mask], &mut outs).unwrap();
     run();
     run();
-    let n = counted(|| (0..5).for_each(|_| run()));
+    let n = count(|| (0..5).for_each(|_| run()));
     assert_eq!(n, 0, "tiny BERT: {n} allocations in 5 warm runs");
 }
 
@@ -76,7 +50,7 @@ fn llm_decode_steps() {
         for t in [11, 12] {
             m.decode_logits(&[t, t + 1]).unwrap();
         }
-        let n = counted(|| {
+        let n = count(|| {
             for t in 20..25 {
                 m.decode_logits(&[t, t + 3]).unwrap();
             }

@@ -5,32 +5,15 @@
 //! without libtest (`harness = false`), whose own threads could allocate while runs are counted.
 
 use rlx_driver::Device;
+use rlx_driver::alloc_count::{CountingAllocator, count};
 use rlx_nn::gpt::{self, GptConfig};
 use rlx_nn::optim::Schedule;
 use rlx_nn::train::build_step_graph;
 use rlx_nn::{Adam, MixedPrecision, ParamStore, Rng, TrainConfig};
 use rlx_runtime::Session;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-static COUNTING: AtomicBool = AtomicBool::new(false);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-}
 
 #[global_allocator]
-static A: Counting = Counting;
+static ALLOC: CountingAllocator = CountingAllocator;
 
 /// Loss before the first step and after 7 steps on one batch, and the allocations of steps 3-7.
 fn steps(tc: &TrainConfig) -> (f32, f32, usize) {
@@ -58,13 +41,12 @@ fn steps(tc: &TrainConfig) -> (f32, f32, usize) {
     exe.run_into(&ins, &mut [&mut loss]).unwrap();
     let first = f32::from_le_bytes(loss);
     exe.run_into(&ins, &mut [&mut loss]).unwrap();
-    let before = ALLOCS.load(Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    for _ in 0..5 {
-        exe.run_into(&ins, &mut [&mut loss]).unwrap();
-    }
-    COUNTING.store(false, Ordering::SeqCst);
-    (first, f32::from_le_bytes(loss), ALLOCS.load(Ordering::SeqCst) - before)
+    let n = count(|| {
+        for _ in 0..5 {
+            exe.run_into(&ins, &mut [&mut loss]).unwrap();
+        }
+    });
+    (first, f32::from_le_bytes(loss), n)
 }
 
 fn main() {

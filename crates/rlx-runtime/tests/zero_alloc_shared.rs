@@ -2,31 +2,14 @@
 //! are shared with another graph: the shared lock and version counters cost no allocation.
 
 use rlx_driver::Device;
+use rlx_driver::alloc_count::{CountingAllocator, count};
 use rlx_ir::{DType, Graph, Shape};
 use rlx_runtime::Session;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 // The file runs without libtest (`harness = false`), whose main thread could allocate (record the
 // running test) while runs are counted, on a loaded machine.
-static COUNTING: AtomicBool = AtomicBool::new(false);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::SeqCst) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static ALLOC: CountingAllocator = CountingAllocator;
 
 /// `cache[pos] = row`, output `sum(cache, 0) * w`.
 fn graph(rows: usize) -> Graph {
@@ -60,13 +43,12 @@ fn shared_param_runs_allocate_nothing() {
     prefill.run_into(&[&rows, &0i32.to_le_bytes()], &mut [&mut out]).unwrap();
     let row = &rows[..16];
     decode.run_into(&[row, &3i32.to_le_bytes()], &mut [&mut out]).unwrap();
-    let before = ALLOCS.load(Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    for p in 4..8i32 {
-        decode.run_into(&[row, &p.to_le_bytes()], &mut [&mut out]).unwrap();
-    }
-    COUNTING.store(false, Ordering::SeqCst);
-    assert_eq!(ALLOCS.load(Ordering::SeqCst) - before, 0);
+    let n = count(|| {
+        for p in 4..8i32 {
+            decode.run_into(&[row, &p.to_le_bytes()], &mut [&mut out]).unwrap();
+        }
+    });
+    assert_eq!(n, 0);
     // Three prefill rows and five decode rows of ones: every cache row is 1.
     let sums: Vec<f32> = out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(sums, vec![8.0; 4]);
