@@ -60,10 +60,8 @@ fn with_pack<R>(sizes: (usize, usize), f: impl FnOnce(&mut [f32], &mut [f32]) ->
 /// `parallel_for` whose tasks call `gemm_src(.., threaded: false)`, so that no task allocates.
 pub fn reserve_all(m: usize, n: usize, k: usize, packed_b: bool) {
     if m >= 4 {
-        let sizes = pack_sizes(m, n, k, packed_b);
-        // Slot 0: this thread's own buffers.
-        (0..=threads::num_threads().min(super::slots::SLOTS - 1))
-            .for_each(|s| PACK.with(&LOCAL, s, |a, b| grow(a, b, sizes)));
+        let (na, nb) = pack_sizes(m, n, k, packed_b);
+        PACK.grow_all(&LOCAL, na, nb);
     }
 }
 

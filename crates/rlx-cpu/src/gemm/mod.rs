@@ -192,7 +192,7 @@ pub type Epilogue<'a> = &'a (dyn Fn(usize, usize, usize, usize) + Sync);
 /// Products below this many flops run on the calling thread (waking the pool costs more).
 pub const SERIAL_FLOPS: f64 = 2.0e5;
 
-/// Most tasks one GEMM is split into (one packing slot each).
+/// Most tasks one GEMM is split into.
 const MAX_TASKS: usize = 64;
 
 static BUF_F32: PackSlots<f32> = PackSlots::new();

@@ -80,6 +80,12 @@ impl<T: Clone + Default> PackSlots<T> {
             return;
         }
         let (la, lb) = (self.longest[0].load(Ordering::Acquire), self.longest[1].load(Ordering::Acquire));
+        self.grow_all(local, la, lb);
+    }
+
+    /// Grows the A and B buffers of every pool slot and of this thread (`local`) to at least
+    /// `la` and `lb` elements: ahead of a job whose tasks need them, or to even them out.
+    pub(crate) fn grow_all(&self, local: &'static LocalBufs<T>, la: usize, lb: usize) {
         let grow = |a: &mut Vec<T>, b: &mut Vec<T>| {
             for (v, len) in [(a, la), (b, lb)] {
                 if v.len() < len {

@@ -13,8 +13,6 @@ fn naive(m: usize, n: usize, k: usize, a: &[f64], b: &[f64]) -> Vec<f64> {
     c
 }
 
-/// Runs f64 and f32 products in every operand layout against the naive product, and checks
-/// that the epilogue sees each element of C exactly once, after it is final.
 /// Row-major A (m x k) and B (k x n) of small exact values, and their product.
 fn operands(m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let a: Vec<f64> = (0..m * k).map(|i| ((i * 7 % 13) as f64 - 6.0) / 5.0).collect();
@@ -23,6 +21,8 @@ fn operands(m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     (a, b, want)
 }
 
+/// Runs f64 and f32 products in every operand layout against the naive product, and checks
+/// that the epilogue sees each element of C exactly once, after it is final.
 fn check(m: usize, n: usize, k: usize) {
     let (a, b, want) = operands(m, n, k);
     let seen: Vec<AtomicU32> = (0..m * n).map(|_| AtomicU32::new(0)).collect();
