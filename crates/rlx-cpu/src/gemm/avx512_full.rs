@@ -63,6 +63,25 @@ macro_rules! inplace_step {
     };
 }
 
+/// Each of A's 12 rows 256 bytes ahead into L1 with the non-temporal hint, once a pair of steps
+/// (a new line every 8 pairs in f32; the repeats hit L1). A read in place is 12 streams, and its
+/// lines serve 16 steps each next to a B panel that nearly fills L1 (likely why a hint that they
+/// go first helps). Zen 5, `gemm_bench` (B packed ahead, 2 threads, builds alternated 3 times,
+/// GFLOP/s): 1024^3 424-431 -> 433-437, 2048^3 418-425 -> 429-439, 128 x 1536 x 384 448-450 ->
+/// 464-470, 1024 x 1536 x 384 438-447 -> 452-459, 128 x 384 x 384 439-453 -> 455-464. 128 or
+/// 192 bytes ahead were level with 256, 512 and `prefetcht0` gained less.
+#[rustfmt::skip]
+macro_rules! prefetch_a_rows {
+    () => {
+        concat!(
+            "prefetchnta [{a0} + 256]\n prefetchnta [{a0} + {lda} + 256]\n prefetchnta [{a0} + {lda} * 2 + 256]\n",
+            "prefetchnta [{a3} + 256]\n prefetchnta [{a3} + {lda} + 256]\n prefetchnta [{a3} + {lda} * 2 + 256]\n",
+            "prefetchnta [{a6} + 256]\n prefetchnta [{a6} + {lda} + 256]\n prefetchnta [{a6} + {lda} * 2 + 256]\n",
+            "prefetchnta [{a9} + 256]\n prefetchnta [{a9} + {lda} + 256]\n prefetchnta [{a9} + {lda} * 2 + 256]\n",
+        )
+    };
+}
+
 /// The loop bodies: `one` k step or `two` (read at displacements, pointers moved once), over a
 /// `packed` panel (`$d`, `$d2`: A's displacements in the two steps; `$astep2`: a pair's bytes) or
 /// A `inplace` (`$esz`: the element size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes
@@ -112,6 +131,7 @@ macro_rules! steps {
     (inplace two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
         concat!(
             $pf, "\n",
+            $crate::gemm::avx512_full::prefetch_a_rows!(),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "128", "192", $esz),
             "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
@@ -247,7 +267,7 @@ macro_rules! tile_cases {
     };
 }
 
-pub(crate) use {c_rows, inplace_step, packed_step, prefetch_c_rows, steps, zmm_step};
+pub(crate) use {c_rows, inplace_step, packed_step, prefetch_a_rows, prefetch_c_rows, steps, zmm_step};
 
 /// Defines the packed and in-place full tiles for one element type (see `f32_packed_full`).
 macro_rules! full_tiles {
