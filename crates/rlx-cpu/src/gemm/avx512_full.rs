@@ -63,29 +63,36 @@ macro_rules! inplace_step {
     };
 }
 
-/// Each of A's 12 rows 256 bytes ahead into L1 with the non-temporal hint, once a pair of steps
-/// (a new line every 8 pairs in f32; the repeats hit L1). A read in place is 12 streams, and its
-/// lines serve 16 steps each next to a B panel that nearly fills L1 (likely why a hint that they
-/// go first helps). Zen 5, `gemm_bench` (B packed ahead, 2 threads, builds alternated 3 times,
-/// GFLOP/s): 1024^3 424-431 -> 433-437, 2048^3 418-425 -> 429-439, 128 x 1536 x 384 448-450 ->
-/// 464-470, 1024 x 1536 x 384 438-447 -> 452-459, 128 x 384 x 384 439-453 -> 455-464. 128 or
-/// 192 bytes ahead were level with 256, 512 and `prefetcht0` gained less.
+/// A's rows 256 bytes ahead into L1 with the non-temporal hint: the first six (`first`) or the
+/// last six, each half once per four steps (a new line every 16 steps in f32; the repeats hit
+/// L1). A read in place is 12 streams, and its lines serve 16 steps each next to a B panel that
+/// nearly fills L1 (likely why a hint that they go first helps). Zen 5, `gemm_bench` (B packed
+/// ahead, 2 threads, builds alternated 3 times, GFLOP/s), all 12 rows every pair of steps against
+/// none: 1024^3 424-431 -> 433-437, 2048^3 418-425 -> 429-439, 128 x 1536 x 384 448-450 ->
+/// 464-470, 1024 x 1536 x 384 438-447 -> 452-459, 128 x 384 x 384 439-453 -> 455-464 (128 or 192
+/// bytes ahead level with 256; 512 and `prefetcht0` gained less); then half as many prefetches in a
+/// four-step loop: 2048^3 436-439 -> 449-453, 128 x 384 x 1536 473-479 -> 479-480, 1024^3 level.
 #[rustfmt::skip]
 macro_rules! prefetch_a_rows {
-    () => {
+    (first) => {
         concat!(
             "prefetchnta [{a0} + 256]\n prefetchnta [{a0} + {lda} + 256]\n prefetchnta [{a0} + {lda} * 2 + 256]\n",
             "prefetchnta [{a3} + 256]\n prefetchnta [{a3} + {lda} + 256]\n prefetchnta [{a3} + {lda} * 2 + 256]\n",
+        )
+    };
+    (second) => {
+        concat!(
             "prefetchnta [{a6} + 256]\n prefetchnta [{a6} + {lda} + 256]\n prefetchnta [{a6} + {lda} * 2 + 256]\n",
             "prefetchnta [{a9} + 256]\n prefetchnta [{a9} + {lda} + 256]\n prefetchnta [{a9} + {lda} * 2 + 256]\n",
         )
     };
 }
 
-/// The loop bodies: `one` k step or `two` (read at displacements, pointers moved once), over a
-/// `packed` panel (`$d`, `$d2`: A's displacements in the two steps; `$astep2`: a pair's bytes) or
-/// A `inplace` (`$esz`: the element size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes
-/// apart (`strided`, no stream). `$pf`: the stream's prefetches.
+/// The loop bodies: `one` k step or `two` (two steps read at displacements, pointers moved once;
+/// four for `inplace`, with A's rows prefetched), over a `packed` panel (`$d`, `$d2`: A's
+/// displacements in the two steps; `$astep2`: a pair's bytes) or A `inplace` (`$esz`: the element
+/// size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream). `$pf`:
+/// the stream's prefetches for two steps.
 #[rustfmt::skip]
 macro_rules! steps {
     (packed one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
@@ -131,11 +138,16 @@ macro_rules! steps {
     (inplace two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
         concat!(
             $pf, "\n",
-            $crate::gemm::avx512_full::prefetch_a_rows!(),
+            $crate::gemm::avx512_full::prefetch_a_rows!(first),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "128", "192", $esz),
             "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
-            "add {b}, 256\n",
+            $pf, "\n",
+            $crate::gemm::avx512_full::prefetch_a_rows!(second),
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "256", "320", "0"),
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "384", "448", $esz),
+            "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
+            "add {b}, 512\n",
         )
     };
 }
@@ -198,7 +210,8 @@ macro_rules! prefetch_c_rows {
     };
 }
 
-/// The whole tile: `pairs` pairs of k steps, C's rows prefetched into L1, `tail` single steps,
+/// The whole tile: `pairs` runs of the `two` body (two k steps, four for `inplace`), C's rows
+/// prefetched into L1, `tail` single steps,
 /// then C's rows written (`$mode` add or store). `$kind`/`$sa`: the A addressing (`steps`);
 /// `$pf1`/`$pf2`: the stream's prefetches for one and two steps. `$aops`: A's operands.
 macro_rules! zmm_12x2_tile {
@@ -323,7 +336,8 @@ macro_rules! full_tiles {
         ) {
             let size = std::mem::size_of::<$t>() as isize;
             let (rs, lda) = (rs * size, lda * size);
-            let (pairs, tail) = (head / 2, tail + head % 2);
+            // The head in fours of steps (`steps!(inplace two ..)`); the rest goes to the tail.
+            let (pairs, tail) = (head / 4, tail + head % 4);
             let a0 = a as *const u8;
             // SAFETY: the caller's contract; the asm touches only the named memory.
             unsafe {
