@@ -1,6 +1,6 @@
 //! The full 12-row x 2-zmm tile in one asm block, over a packed A panel or A read in place:
-//! accumulators zeroed in registers, the k loop (the head in pairs of steps), C's rows
-//! prefetched into L1 near the end, and C written (or added to) straight from the registers.
+//! accumulators zeroed in registers, the k loop (the head in pairs of steps; in fours, with A's
+//! rows prefetched into L1, for A in place), C's rows prefetched into L1 near the end, and C written (or added to) straight from the registers.
 //! Split across Rust code, the 24 accumulators went through the stack on entry and exit (48 zmm
 //! stores and loads a tile, about 5% of a 256-deep tile in L1).
 
