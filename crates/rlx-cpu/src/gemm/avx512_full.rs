@@ -1,6 +1,7 @@
 //! The full 12-row x 2-zmm tile in one asm block, over a packed A panel or A read in place:
 //! accumulators zeroed in registers, the k loop (the head in pairs of steps; in fours, with A's
-//! rows prefetched into L1, for A in place), C's rows prefetched into L1 near the end, and C written (or added to) straight from the registers.
+//! rows prefetched into L1, for A in place), C's rows prefetched into L1 near the end, and C
+//! written (or added to) straight from the registers.
 //! Split across Rust code, the 24 accumulators went through the stack on entry and exit (48 zmm
 //! stores and loads a tile, about 5% of a 256-deep tile in L1).
 
@@ -211,9 +212,9 @@ macro_rules! prefetch_c_rows {
 }
 
 /// The whole tile: `pairs` runs of the `two` body (two k steps, four for `inplace`), C's rows
-/// prefetched into L1, `tail` single steps,
-/// then C's rows written (`$mode` add or store). `$kind`/`$sa`: the A addressing (`steps`);
-/// `$pf1`/`$pf2`: the stream's prefetches for one and two steps. `$aops`: A's operands.
+/// prefetched into L1, `tail` single steps, then C's rows written (`$mode` add or store).
+/// `$kind`/`$sa`: the A addressing (`steps`); `$pf1`/`$pf2`: the stream's prefetches for one and
+/// two steps. `$aops`: A's operands.
 macro_rules! zmm_12x2_tile {
     ($kind:ident, $mode:ident, $pf1:literal, $pf2:literal, $bc:literal, $fma:literal, $add:literal, $ptr:literal,
      [$($sa:tt),*]; $pairs:expr, $tail:expr, $b:expr, $c:expr, $rs:expr; $($aops:tt)*) => {

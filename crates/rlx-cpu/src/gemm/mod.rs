@@ -423,10 +423,11 @@ const A_ROW_PAD: usize = 64;
 /// row of a micro-tile to one L1 set, more rows than the cache has ways: the micro-kernel then
 /// reads A from L2 (-10 to -20% on 128 x 1024 x 2048). Since the AVX-512 tile prefetches A's
 /// rows (`avx512_full`), in place and copied measure level on a Zen 5 (128 x 1024 x 2048 to
-/// 1024^3, within 1.5% either way, calls alternated); the copy stays for the other kernels. For products wide enough to amortize it,
-/// copies A once into the shared buffer with a padded row stride and returns the guard and the
-/// view of the copy; None keeps A in place (not aliased, narrow, the buffer busy, or called from
-/// a pool task: the caller that split the work decides, once).
+/// 1024^3, within 1.5% either way, calls alternated); the copy stays for the other kernels.
+/// For products wide enough to amortize it, copies A once into the shared buffer with a padded
+/// row stride and returns the guard and the view of the copy; None keeps A in place (not aliased,
+/// narrow, the buffer busy, or called from a pool task: the caller that split the work decides,
+/// once).
 pub(crate) fn restride_a<T: GemmElem>(
     m: usize,
     n: usize,
