@@ -92,8 +92,9 @@ macro_rules! prefetch_a_rows {
 /// The loop bodies: `one` k step or `two` (two steps read at displacements, pointers moved once;
 /// four for `inplace`, with A's rows prefetched), over a `packed` panel (`$d`, `$d2`: A's
 /// displacements in the two steps; `$astep2`: a pair's bytes) or A `inplace` (`$esz`: the element
-/// size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream). `$pf`:
-/// the stream's prefetches for two steps.
+/// size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream; `packb`:
+/// each step's B also stored to `{bd}`, the packed panel, and B's rows prefetched from `{pf}`).
+/// `$pf`: the stream's prefetches for two steps.
 #[rustfmt::skip]
 macro_rules! steps {
     (packed one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $d:tt, $d2:tt, $astep:literal,
@@ -126,6 +127,27 @@ macro_rules! steps {
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "{ldb}", "{ldb} + 64", $esz),
             "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
             "lea {b}, [{b} + {ldb} * 2]\n",
+        )
+    };
+    (packb one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            "prefetcht1 [{pf}]\n prefetcht1 [{pf} + 64]\n add {pf}, {ldb}\n",
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            "vmovups [{bd}], zmm0\n vmovups [{bd} + 64], zmm1\n",
+            "add {a0}, ", $esz, "\n", "add {a3}, ", $esz, "\n", "add {a6}, ", $esz, "\n", "add {a9}, ", $esz, "\n",
+            "add {b}, {ldb}\n add {bd}, 128\n",
+        )
+    };
+    (packb two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+        concat!(
+            "prefetcht1 [{pf}]\n prefetcht1 [{pf} + 64]\n prefetcht1 [{pf} + {ldb}]\n prefetcht1 [{pf} + {ldb} + 64]\n",
+            "lea {pf}, [{pf} + {ldb} * 2]\n",
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
+            "vmovups [{bd}], zmm0\n vmovups [{bd} + 64], zmm1\n",
+            $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "{ldb}", "{ldb} + 64", $esz),
+            "vmovups [{bd} + 128], zmm0\n vmovups [{bd} + 192], zmm1\n",
+            "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
+            "lea {b}, [{b} + {ldb} * 2]\n add {bd}, 256\n",
         )
     };
     (inplace one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
@@ -424,5 +446,54 @@ pub(crate) unsafe fn f32_strided_full(
             };
         }
         if acc { strided!(add) } else { strided!(store) }
+    }
+}
+
+/// Rows of B ahead of the current k step that `f32_packb_full` prefetches into L2.
+const PACKB_AHEAD: isize = 64;
+
+/// The full f32 tile (12 x 32) that also packs its B panel: A in place (row i at `a + i * lda`),
+/// B's source rows `ldb` elements apart (row-major, read once, prefetched into L2 a few rows
+/// ahead), each k step's 32 values stored to `bd` as the packed panel (`k * 32` elements), C's
+/// rows `ldc` apart (`acc`: added to). The B pack of a product thus rides on its first row tile.
+///
+/// # Safety
+/// AVX-512F; A's 12 rows hold `k` values, B `k` rows of 32, `bd` room for `k * 32`, C 12 rows
+/// of 32; `bd` does not overlap A, B or C.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn f32_packb_full(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    bd: *mut f32,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    let (lda, ldb, rs) = (4 * lda as isize, 4 * ldb as isize, 4 * ldc as isize);
+    let tail = k.min(super::avx512::PREFETCH_TAIL);
+    let (pairs, tail) = ((k - tail) / 2, tail + (k - tail) % 2);
+    let a0 = a as *const u8;
+    let pf = (b as *const u8).wrapping_offset(PACKB_AHEAD * ldb);
+    // SAFETY: the caller's contract; the asm touches only the named memory (prefetches never fault).
+    unsafe {
+        macro_rules! packb {
+            ($mode:ident) => {
+                zmm_12x2_tile!(packb, $mode, "", "", "vbroadcastss", "vfmadd231ps", "vaddps", "dword", ["4", "8"];
+                    pairs, tail, b, c, rs;
+                    a0 = inout(reg) a0 => _,
+                    a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
+                    a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
+                    a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
+                    lda = in(reg) lda,
+                    ldb = in(reg) ldb,
+                    bd = inout(reg) bd => _,
+                    pf = inout(reg) pf => _,)
+            };
+        }
+        if acc { packb!(add) } else { packb!(store) }
     }
 }

@@ -2,6 +2,7 @@
 //! `gemm_direct`), and the threaded product that shares one packed B block between all threads
 //! (`gemm_shared`).
 
+use super::grid::{Claim, LazyB};
 use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MC, MatMut, MatRef, nc_block, pack};
 use crate::threads;
 
@@ -61,18 +62,30 @@ pub(crate) fn aligned_buf<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &
     &mut buf[skip..skip + len]
 }
 
+/// B's panels packed by the tiles loop that first reads them (`LazyB`): the panels of columns
+/// `j ..` (the group's first) at k block `pc`, B's rows from there in `src`; a panel another
+/// task is packing is copied to `private` (room for one panel) instead of waited for.
+#[derive(Clone, Copy)]
+struct PackHere<'a, T> {
+    lazy: &'a LazyB<'a, T>,
+    src: MatRef<T>,
+    j: usize,
+    pc: usize,
+    private: *mut T,
+}
+
 /// Runs the micro-kernel over rows `0..m` (tiles of `mr`) of a packed or in-place A block and
 /// NR-wide B micro-panels `0..nc`: the B micro-panel stays in L1 while the A tiles stream by.
 /// `c_far`: C may be out of cache (the blocked paths over large products), so each tile's C rows
 /// are prefetched into L2 before its kernel runs (+5% at 4096^3; -2% on MiniLM's L2-resident
-/// blocks, which pass false).
+/// blocks, which pass false). `pack`: B's panels packed here as they are first read (`PackHere`).
 ///
 /// # Safety
 /// `ap(i)` views A rows from i over kc columns, `bp(j)` the packed B micro-panel of column j, `c`
 /// the block of C (m x nc).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn tiles<T>(
+unsafe fn tiles<T: GemmElem>(
     kern: &Kernel<T>,
     kc: usize,
     m: usize,
@@ -83,19 +96,27 @@ unsafe fn tiles<T>(
     acc: bool,
     prefetch: Prefetch<T>,
     c_far: bool,
+    pack: Option<PackHere<'_, T>>,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
     let size = std::mem::size_of::<T>();
     let lines = (kc * nr * size).div_ceil(64);
     let per_tile = lines.div_ceil(m.div_ceil(mr).max(1));
     for jr in (0..nc).step_by(nr) {
-        let b = bp(jr);
+        let mut b = bp(jr);
+        // The first row tile: the kernel's, or (packing the panel as it runs) done here.
+        let mut first = 0;
+        if let Some(p) = pack {
+            // SAFETY: the chunk's destination and the private panel hold kc * nr elements each,
+            // apart from A, B and C.
+            unsafe { first = pack_panel(kern, kc, m, nc, jr, &ap, &mut b, c, acc, p) };
+        }
         let next = match prefetch {
             Prefetch::Off => None,
             _ if jr + nr < nc => Some(bp(jr + nr) as usize),
             Prefetch::Panels { after } => after.map(|p| p as usize),
         };
-        for (t, ir) in (0..m).step_by(mr).enumerate() {
+        for (t, ir) in (first..m).step_by(mr).enumerate() {
             // This tile's share of the next panel's lines: streamed by a kernel that can (one
             // line per k step or so: a burst of prefetches stalls once the fill buffers run out),
             // else asked for now.
@@ -131,6 +152,60 @@ unsafe fn tiles<T>(
                     None => (kern.micro)(kc, ap(ir), b, cp, c.rs, mr.min(m - ir), nr.min(nc - jr), acc),
                 }
             };
+        }
+    }
+}
+
+/// The panel of columns `jr ..` of a lazily packed B (`PackHere`), before its tiles run: packed
+/// by the first row tile as it computes (`Kernel::pack_tile`, then returns `mr`: that tile is
+/// done) or on its own (returns 0) when this task claims it; a private copy (`b` pointed at it)
+/// when another task is packing it; nothing when it is packed already.
+///
+/// # Safety
+/// As `tiles`; `b` is the panel's packed destination (kc * nr elements).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pack_panel<T: GemmElem>(
+    kern: &Kernel<T>,
+    kc: usize,
+    m: usize,
+    nc: usize,
+    jr: usize,
+    ap: &impl Fn(usize) -> MatRef<T>,
+    b: &mut *const T,
+    c: MatMut<T>,
+    acc: bool,
+    p: PackHere<'_, T>,
+) -> usize {
+    let (mr, nr) = (kern.mr, kern.nr);
+    let cols = nr.min(nc - jr);
+    let src = MatRef { ptr: p.src.ptr.wrapping_offset(jr as isize * p.src.cs), ..p.src };
+    let plain = |dst: *mut T| {
+        // SAFETY: the destination holds one panel (the caller's contract); the source lies in B.
+        unsafe { pack::pack_b(src, 0, kc, 0, cols, nr, std::slice::from_raw_parts_mut(dst, kc * nr)) }
+    };
+    match p.lazy.claim(p.j + jr, p.pc) {
+        Claim::Packed => 0,
+        Claim::Busy => {
+            plain(p.private);
+            *b = p.private;
+            0
+        }
+        Claim::Mine => {
+            let dst = *b as *mut T;
+            let first = match kern.pack_tile {
+                Some(f) if cols == nr && m >= mr && src.cs == 1 => {
+                    // SAFETY: a full tile of A rows and B columns; C's tile lies inside C.
+                    unsafe { f(kc, ap(0), src, dst, c.ptr.wrapping_add(jr), c.rs, acc) };
+                    mr
+                }
+                _ => {
+                    plain(dst);
+                    0
+                }
+            };
+            p.lazy.done(p.j + jr, p.pc);
+            first
         }
     }
 }
@@ -173,7 +248,7 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
     }
     if direct_a(m, k, a, kern) {
         // SAFETY: forwarded.
-        return unsafe { gemm_direct(kern, m, n, k, a, b, c, (j0, None), slot, epi) };
+        return unsafe { gemm_direct(kern, m, n, k, a, b, c, (j0, None), slot, epi, None) };
     }
     let kcm = kc_for(k, kern);
     T::with_buffers(slot, |pa, pb| {
@@ -194,7 +269,9 @@ pub(super) unsafe fn gemm_block<T: GemmElem>(
                     let bp = |jr: usize| b.panel(kern, pb, k, pc, kc, j0 + jc, jr);
                     let cb = MatMut { ptr: c.ptr.wrapping_offset(ic as isize * c.rs + (j0 + jc) as isize), rs: c.rs };
                     // SAFETY: the packed blocks cover the tiles; the block lies inside C.
-                    unsafe { tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true) };
+                    unsafe {
+                        tiles(kern, kc, mcb, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true, None)
+                    };
                     if pc + kc == k
                         && let Some(f) = epi
                     {
@@ -225,16 +302,28 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
     (j0, next_j): (usize, Option<usize>),
     slot: usize,
     epi: Option<Epilogue<'_>>,
+    lazy: Option<&LazyB<'_, T>>,
 ) {
     let nr = kern.nr;
     let kcm = kc_for(k, kern);
     let group = GROUP_PANELS * nr;
     T::with_buffers(slot, |_, pb| {
-        let pb = aligned_buf(pb, if b.prepacked() { 0 } else { group * kcm });
+        let pb = aligned_buf(pb, if b.prepacked() && lazy.is_none() { 0 } else { group * kcm });
         for jg in (0..n).step_by(group) {
             let nc = group.min(n - jg);
             for pc in (0..k).step_by(kcm) {
                 let kc = kcm.min(k - pc);
+                // A B packed by the tasks: each panel packed by the first to read it (`tiles`).
+                let pack = lazy.map(|lz| PackHere {
+                    lazy: lz,
+                    src: MatRef {
+                        ptr: lz.view.ptr.wrapping_offset(pc as isize * lz.view.rs + (j0 + jg) as isize * lz.view.cs),
+                        ..lz.view
+                    },
+                    j: j0 + jg,
+                    pc,
+                    private: pb.as_mut_ptr(),
+                });
                 // SAFETY: the block lies inside B.
                 unsafe { b.pack(kern, pc, kc, j0 + jg, nc, pb) };
                 let ap = |ir: usize| MatRef {
@@ -258,7 +347,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
                     Prefetch::Off
                 };
                 // SAFETY: A (in place or packed) covers the rows; the block lies inside C.
-                unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0, prefetch, false) };
+                unsafe { tiles(kern, kc, m, nc, ap, bp, cb, pc > 0, prefetch, false, pack) };
             }
             if let Some(f) = epi {
                 f(0, m, j0 + jg, nc);
@@ -328,7 +417,9 @@ pub(super) unsafe fn gemm_shared<T: GemmElem>(
                     let ct = c.skip_rows(i0);
                     let cb = MatMut { ptr: ct.ptr.wrapping_add(jc), rs: ct.rs };
                     // SAFETY: the packed blocks cover the tiles; tasks own disjoint rows of C.
-                    unsafe { tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true) };
+                    unsafe {
+                        tiles(kern, kc, i1 - i0, nc, ap, bp, cb, pc > 0, Prefetch::Panels { after: None }, true, None)
+                    };
                 });
                 if pc + kc == k
                     && let Some(f) = epi

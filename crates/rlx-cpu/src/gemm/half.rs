@@ -80,7 +80,7 @@ fn kernel() -> Kernel<f32> {
         return k;
     }
     let (mr, nr) = (<f32 as GemmElem>::MR, <f32 as GemmElem>::NR);
-    Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro, stream: None }
+    Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro, stream: None, pack_tile: None }
 }
 
 /// f32 elements `pack_b_full` writes for a k x n B (room for the AMX layout where it runs).

@@ -32,6 +32,24 @@ pub(super) fn zmm_fma_split() -> bool {
     amd && family < 0x1a
 }
 
+/// `PackTileFn` for the AVX-512 12 x 32 f32 tile (`f32_packb_full`).
+///
+/// # Safety
+/// As `PackTileFn`: a full 12 x 32 tile, A and B row-major, the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+unsafe fn f32_pack_tile(
+    kc: usize,
+    a: super::APanel<f32>,
+    b: super::MatRef<f32>,
+    bd: *mut f32,
+    c: *mut f32,
+    rs: isize,
+    acc: bool,
+) {
+    // SAFETY: forwarded; the strides are non-negative for row-major views.
+    unsafe { super::f32_packb_full(kc, a.ptr, a.rs as usize, b.ptr, b.rs as usize, bd, c, rs as usize, acc) }
+}
+
 /// f32 micro-kernels this CPU can run, best first; the portable one is always last.
 #[allow(clippy::vec_init_then_push)] // The pushes before the last are per architecture.
 pub fn f32_kernels() -> Vec<Kernel<f32>> {
@@ -48,15 +66,40 @@ pub fn f32_kernels() -> Vec<Kernel<f32>> {
                 kc,
                 micro: super::avx512::f32_tile::<12, 2>,
                 stream: Some(super::avx512::f32_tile_stream::<12, 2>),
+                pack_tile: Some(f32_pack_tile),
             });
         }
         if has_avx2() {
-            v.push(Kernel { name: "avx2-6x16", mr: 6, nr: 16, kc: KC, micro: x86::f32_6x16, stream: None });
+            v.push(Kernel {
+                name: "avx2-6x16",
+                mr: 6,
+                nr: 16,
+                kc: KC,
+                micro: x86::f32_6x16,
+                stream: None,
+                pack_tile: None,
+            });
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel { name: "neon-8x12", mr: 8, nr: 12, kc: KC, micro: super::neon::f32_8x12, stream: None });
-    v.push(Kernel { name: "portable-6x16", mr: 6, nr: 16, kc: KC, micro: generic::<f32, 6, 16>, stream: None });
+    v.push(Kernel {
+        name: "neon-8x12",
+        mr: 8,
+        nr: 12,
+        kc: KC,
+        micro: super::neon::f32_8x12,
+        stream: None,
+        pack_tile: None,
+    });
+    v.push(Kernel {
+        name: "portable-6x16",
+        mr: 6,
+        nr: 16,
+        kc: KC,
+        micro: generic::<f32, 6, 16>,
+        stream: None,
+        pack_tile: None,
+    });
     v
 }
 
@@ -76,15 +119,40 @@ pub fn f64_kernels() -> Vec<Kernel<f64>> {
                 kc,
                 micro: super::avx512::f64_tile::<12, 2>,
                 stream: Some(super::avx512::f64_tile_stream::<12, 2>),
+                pack_tile: None,
             });
         }
         if has_avx2() {
-            v.push(Kernel { name: "avx2-6x8", mr: 6, nr: 8, kc: KC, micro: x86::f64_6x8, stream: None });
+            v.push(Kernel {
+                name: "avx2-6x8",
+                mr: 6,
+                nr: 8,
+                kc: KC,
+                micro: x86::f64_6x8,
+                stream: None,
+                pack_tile: None,
+            });
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel { name: "neon-6x8", mr: 6, nr: 8, kc: KC, micro: super::neon::f64_6x8, stream: None });
-    v.push(Kernel { name: "portable-6x8", mr: 6, nr: 8, kc: KC, micro: generic::<f64, 6, 8>, stream: None });
+    v.push(Kernel {
+        name: "neon-6x8",
+        mr: 6,
+        nr: 8,
+        kc: KC,
+        micro: super::neon::f64_6x8,
+        stream: None,
+        pack_tile: None,
+    });
+    v.push(Kernel {
+        name: "portable-6x8",
+        mr: 6,
+        nr: 8,
+        kc: KC,
+        micro: generic::<f64, 6, 8>,
+        stream: None,
+        pack_tile: None,
+    });
     v
 }
 

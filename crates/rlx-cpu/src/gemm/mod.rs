@@ -2,21 +2,23 @@
 //! nothing), BLIS-style loops around a register-blocked micro-kernel chosen once at run time
 //! (AVX-512 12x32 / 12x16 or AVX2+FMA 6x16 / 6x8 for f32 / f64 on x86-64, NEON 8x12 / 6x8 on
 //! aarch64, a portable kernel elsewhere). The task grid reads a row-major A in place (through a
-//! padded copy when its rows are 4 KiB apart), the other paths pack A a block at a time; B is
-//! packed as the product runs (all of it first, for products with many rows; else a block at a
-//! time, one copy shared by all threads) or once ahead of time (`pack_b_full`, for weights). An
-//! optional epilogue runs on each finished block of C while it is in cache. Packing buffers live
-//! in process-wide slots, one per pool thread, grown once and reused, so a warm call allocates
-//! nothing; every buffer starts on a 64-byte line (`aligned_buf`).
+//! padded copy when its rows are 4 KiB apart, except where its tasks pack B), the other paths
+//! pack A a block at a time; B is packed as the product runs (for products with many rows: by
+//! the grid's tasks in their first row tiles where the kernel can, `grid`, else all of it first;
+//! else a block at a time, one copy shared by all threads) or once ahead of time (`pack_b_full`,
+//! for weights). An optional epilogue runs on each finished block of C while it is in cache.
+//! Packing buffers live in process-wide slots, one per pool thread, grown once and reused, so a
+//! warm call allocates nothing; every buffer starts on a 64-byte line (`aligned_buf`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_full;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use avx512_full::f32_strided_full;
+pub(crate) use avx512_full::{f32_packb_full, f32_strided_full};
 mod blocked;
 mod gemv;
+mod grid;
 pub mod half;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod half_amx;
@@ -37,7 +39,8 @@ use crate::threads;
 pub(crate) use avx512::zmm_12x2_steps;
 pub(crate) use blocked::aligned_buf;
 pub(crate) use blocked::{RowBands, even_span};
-use blocked::{direct_a, gemm_block, gemm_direct, gemm_shared, kc_for};
+use blocked::{direct_a, gemm_block, gemm_shared};
+pub use grid::set_lazy_b_packing;
 use slots::PackSlots;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,6 +95,11 @@ pub type MicroFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize
 /// to last argument) on, one address per k step, the last argument (at most 64) bytes apart.
 pub type StreamFn<T> = unsafe fn(usize, APanel<T>, *const T, *mut T, isize, usize, usize, bool, usize, usize);
 
+/// A full `mr` x `nr` tile that also packs its B panel: A read in place (`a.cs == 1`), B's
+/// source rows (`b.cs == 1`, `b.rs` apart) read once and stored to the packed panel at the third
+/// argument (`kc * nr` elements), C at the fourth (row stride the fifth; the last: added to).
+pub type PackTileFn<T> = unsafe fn(usize, APanel<T>, MatRef<T>, *mut T, *mut T, isize, bool);
+
 /// A micro-kernel and its blocking: `micro` computes an `mr` x `nr` tile (the contract of
 /// `GemmElem::micro` with MR = `mr`, NR = `nr`), k blocks are at most `kc` deep. An A panel with
 /// `rs == 1, cs == mr` is taken as packed: all `mr` rows readable (zero padded past m).
@@ -109,6 +117,9 @@ pub struct Kernel<T> {
     pub micro: MicroFn<T>,
     /// The tile routine with a prefetch stream, where the kernel has one.
     pub stream: Option<StreamFn<T>>,
+    /// The full tile that packs its B panel as it runs, where the kernel has one: a product
+    /// with B a view then packs B on its first row tiles instead of in a pass of its own.
+    pub pack_tile: Option<PackTileFn<T>>,
 }
 
 /// An element type with a micro-kernel.
@@ -504,76 +515,10 @@ unsafe fn gemm_with<T: GemmElem>(
     let threads = if flops < SERIAL_FLOPS || threads::in_pool_task() { 1 } else { threads.clamp(1, MAX_TASKS) };
     if a.cs == 1 && k > 0 && (b.prepacked() || direct_a(m, k, a, kern)) {
         // A row-major and B packed once: a grid of (row block, column block) tasks that share
-        // nothing and read A in place, one band of rows per thread (`parallel_for` shares; a
-        // descheduled thread's tasks go to the others). With B a view and many rows, B would be packed once per row
-        // block: the whole-B path below packs it once first.
-        let size = std::mem::size_of::<T>();
-        // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
-        // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
-        // cost more than they saved on a Zen 5 once the 12-row kernel read rows from four pointers
-        // in asm (`examples/gemm_bench`, builds alternated, 2 threads: 1024^3 416 -> 428 GFLOP/s,
-        // 2048^3 393 -> 435, 1024 x 384 x 1536 451 -> 459, the other model shapes level).
-        let _copy_of_a;
-        let a = match restride_a(m, n, k, a, threads) {
-            Some((guard, view)) => {
-                _copy_of_a = guard;
-                view
-            }
-            None => a,
-        };
-        let tiles_m = m.div_ceil(mr);
-        let rb_tiles =
-            if direct_a(m, k, a, kern) { tiles_m } else { (DIRECT_A_BYTES / 2 / (kc_for(k, kern) * size) / mr).max(1) };
-        // One band of rows per thread, run a column block at a time (`RowBands`).
-        let bands = RowBands::new(tiles_m.div_ceil(rb_tiles), tiles_m, threads);
-        let row_blocks = bands.row_blocks;
-        // Column blocks of about GROUP_PANELS panels, enough for a task count that is a multiple
-        // of the thread count (so no thread idles at the end), and not too many tasks.
-        let mut col_blocks = tiles_n.div_ceil(GROUP_PANELS);
-        if threads > 1 {
-            col_blocks = (row_blocks * col_blocks).div_ceil(threads) * threads / row_blocks;
-        }
-        while row_blocks * col_blocks > MAX_TASKS && col_blocks > 1 {
-            col_blocks = col_blocks.div_ceil(2);
-        }
-        let col_blocks = col_blocks.clamp(1, tiles_n);
-        let task = |t: usize| {
-            let (rb, cb) = bands.coords(t, col_blocks);
-            let (i0, i1) = even_span(rb, row_blocks, tiles_m, mr, m);
-            let (j0, j1) = even_span(cb, col_blocks, tiles_n, nr, n);
-            if i0 >= i1 || j0 >= j1 {
-                return;
-            }
-            let shifted = |i: usize, r: usize, j: usize, w: usize| epi.map_or((), |f| f(i0 + i, r, j, w));
-            let epi_t = epi.map(|_| &shifted as Epilogue<'_>);
-            // Each thread runs a contiguous share of the tasks (`parallel_for`): its next one is
-            // most likely the next; its first B panel is prefetched during this one's last pass.
-            let next = t + 1;
-            let next_j = (next < row_blocks * col_blocks)
-                .then(|| even_span(bands.coords(next, col_blocks).1, col_blocks, tiles_n, nr, n).0);
-            // SAFETY: tasks own disjoint blocks of C.
-            unsafe {
-                gemm_direct(
-                    kern,
-                    i1 - i0,
-                    j1 - j0,
-                    k,
-                    a.skip_rows(i0),
-                    b,
-                    c.skip_rows(i0),
-                    (j0, next_j),
-                    threads::slot(),
-                    epi_t,
-                )
-            };
-        };
-        let tasks = row_blocks * col_blocks;
-        if threads == 1 {
-            (0..tasks).for_each(task);
-        } else {
-            threads::parallel_for(tasks, &task);
-        }
-        return;
+        // nothing and read A in place (`grid`). With B a view and many rows, B would be packed
+        // once per row block: the whole-B path below packs it once first.
+        // SAFETY: forwarded.
+        return unsafe { grid::grid(kern, threads, m, n, k, a, b, c, epi, None) };
     }
     // Elements of all of B packed into this kernel's panels.
     let whole_len = tiles_n * nr * k;
@@ -598,6 +543,10 @@ unsafe fn gemm_with<T: GemmElem>(
         // `RLX_NUM_THREADS=1`, 5 alternations: 1024^3 204.9 -> 211.6 GFLOP/s, 2048^3 198.8 -> 211.1,
         // 4096^3 195 -> 218 (3 alternations), 256^3 level.
         let buf = blocked::aligned_buf(&mut whole, whole_len);
+        // SAFETY: the buffer holds every panel; the grid's tasks pack each before reading it.
+        if unsafe { grid::grid_lazy_b(kern, threads, m, n, k, a, bv, buf.as_mut_ptr(), c, epi) } {
+            return;
+        }
         // SAFETY: the buffer holds every panel; the view covers k x n.
         unsafe { pack_b_with(kern, k, n, bv, buf) };
         // SAFETY: forwarded, with B now packed whole from its view.

@@ -62,6 +62,7 @@ fn check(m: usize, n: usize, k: usize) {
             kc: 100,
             micro: kernels::generic::<f32, 5, 12>,
             stream: None,
+            pack_tile: None,
         };
         check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
         // A tile of more than 8 rows (as the AVX-512 12-row tiles), on a portable kernel.
@@ -72,6 +73,7 @@ fn check(m: usize, n: usize, k: usize) {
             kc: 64,
             micro: kernels::generic::<f32, 13, 8>,
             stream: None,
+            pack_tile: None,
         };
         check_kernel(&tall, threads, m, n, k, &a, &b, &want, 1e-3);
     }
@@ -361,6 +363,62 @@ fn stream_kernels_match_their_plain_form() {
     }
     each::<f32>();
     each::<f64>();
+}
+
+/// A kernel's packing tile (`Kernel::pack_tile`) computes the plain tile over B's rows read in
+/// place and leaves B's packed panel behind, for odd depths (the tail steps) and both C modes.
+#[test]
+fn pack_tiles_match_the_plain_tile_and_store_the_packed_panel() {
+    for kern in f32::kernels().into_iter().filter(|k| k.pack_tile.is_some()) {
+        let (mr, nr) = (kern.mr, kern.nr);
+        let (lda, ldb) = (300, nr + 40);
+        for kc in [1, 2, 5, 37, 256] {
+            let a: Vec<f32> = (0..mr * lda).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+            let b: Vec<f32> = (0..kc * ldb).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let (av, bv) = (
+                MatRef { ptr: a.as_ptr(), rs: lda as isize, cs: 1 },
+                MatRef { ptr: b.as_ptr(), rs: ldb as isize, cs: 1 },
+            );
+            let mut want_panel = vec![0f32; kc * nr];
+            // SAFETY: B holds kc rows of nr columns; the panel kc * nr.
+            unsafe { pack::pack_b(bv, 0, kc, 0, nr, nr, &mut want_panel) };
+            for acc in [false, true] {
+                let (mut plain, mut packing) = (vec![1.5f32; mr * nr], vec![1.5f32; mr * nr]);
+                let mut panel = vec![f32::NAN; kc * nr];
+                // SAFETY: A holds mr rows of kc values, B kc rows of nr, C and the panel their tiles.
+                unsafe {
+                    (kern.micro)(kc, av, want_panel.as_ptr(), plain.as_mut_ptr(), nr as isize, mr, nr, acc);
+                    (kern.pack_tile.expect("filtered"))(
+                        kc,
+                        av,
+                        bv,
+                        panel.as_mut_ptr(),
+                        packing.as_mut_ptr(),
+                        nr as isize,
+                        acc,
+                    );
+                }
+                assert_eq!(panel, want_panel, "{} kc {kc}: packed panel", kern.name);
+                assert_eq!(plain, packing, "{} kc {kc} acc {acc}: tile", kern.name);
+            }
+        }
+    }
+}
+
+/// A B packed by the grid's tasks where some chunks read as being packed by another task: those
+/// go through private copies, and the product still matches (the flag marks every third chunk
+/// busy for one product; `grid::tests` checks the claims themselves).
+#[test]
+fn chunks_another_task_is_packing_are_copied_privately() {
+    let (m, n, k) = (419, 70, 1031);
+    let (a, b, want) = operands(m, n, k);
+    for kern in f32::kernels().into_iter().filter(|k| k.pack_tile.is_some()) {
+        for threads in [1, 2] {
+            grid::BUSY_EVERY.store(3, Ordering::Relaxed);
+            check_kernel(&kern, threads, m, n, k, &a, &b, &want, 1e-3);
+            grid::BUSY_EVERY.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Two threads outside the pool multiply at the same time, each on its own packing buffers:

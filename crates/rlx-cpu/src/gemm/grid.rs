@@ -1,0 +1,256 @@
+//! The task grid for a row-major A: (row block, column block) tasks over a B packed whole. B is
+//! packed ahead of time (weights; each thread then runs its own band of rows, `RowBands`), or by
+//! the grid's own tasks as they first read it (`LazyB`, for a B given as a view): each thread
+//! then runs its own band of columns, and the first row tile of each panel reads B's rows,
+//! computes, and stores the packed panel in one pass (`Kernel::pack_tile`). No pass over all of B
+//! before the product, no packed line read from the other core's cache, and A read in place.
+
+use super::blocked::{RowBands, direct_a, even_span, gemm_direct, kc_for};
+use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MAX_TASKS, MatMut, MatRef, restride_a};
+use crate::threads;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+/// Most (panel, k block) chunks a lazily packed B may have (else it is packed up front): a B of
+/// `WHOLE_B_MAX_BYTES` in 32-column panels of 256-deep chunks.
+const LAZY_CHUNKS: usize = 8192;
+
+/// Claim states of the chunks of the B being packed lazily; held by one product at a time.
+static LAZY_STATES: Mutex<[AtomicU8; LAZY_CHUNKS]> = Mutex::new([const { AtomicU8::new(0) }; LAZY_CHUNKS]);
+
+/// Whether a view B is packed by the grid's tasks (`set_lazy_b_packing`).
+static LAZY_B: AtomicBool = AtomicBool::new(true);
+
+/// Tests: mark every n-th chunk of the next lazily packed B busy (0: none).
+#[cfg(test)]
+pub(super) static BUSY_EVERY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+const FREE: u8 = 0;
+const PACKING: u8 = 1;
+const PACKED: u8 = 2;
+
+/// Whether a product with a row-major A and B given as a view packs B in its tasks' first row
+/// tiles (the default, where the micro-kernel can), or all of B before its tasks run. For
+/// side-by-side measurements; results are the same either way.
+pub fn set_lazy_b_packing(on: bool) {
+    LAZY_B.store(on, Ordering::Relaxed);
+}
+
+/// A B being packed into the whole-B buffer by the grid's tasks: the chunk of the panel at
+/// column `j` and k block `pc` is packed by the task that claims it first.
+pub(super) struct LazyB<'a, T> {
+    /// The B being packed.
+    pub view: MatRef<T>,
+    states: &'a [AtomicU8; LAZY_CHUNKS],
+    kcm: usize,
+    kblocks: usize,
+    nr: usize,
+}
+
+/// Who packs a chunk of a `LazyB`.
+#[derive(Debug, PartialEq)]
+pub(super) enum Claim {
+    /// Packed already: read it.
+    Packed,
+    /// This task packs it now, then calls `LazyB::done`.
+    Mine,
+    /// Another task is packing it: pack a private copy instead of waiting.
+    Busy,
+}
+
+impl<T> LazyB<'_, T> {
+    fn state(&self, j: usize, pc: usize) -> &AtomicU8 {
+        &self.states[(j / self.nr) * self.kblocks + pc / self.kcm]
+    }
+
+    /// Claims the chunk of the panel at column `j` (a multiple of the panel width), k block `pc`.
+    pub(super) fn claim(&self, j: usize, pc: usize) -> Claim {
+        let s = self.state(j, pc);
+        match s.load(Ordering::Acquire) {
+            PACKED => Claim::Packed,
+            PACKING => Claim::Busy,
+            _ => match s.compare_exchange(FREE, PACKING, Ordering::Acquire, Ordering::Acquire) {
+                Ok(_) => Claim::Mine,
+                Err(PACKED) => Claim::Packed,
+                Err(_) => Claim::Busy,
+            },
+        }
+    }
+
+    /// Marks a claimed chunk packed: its stores happen before any later `Claim::Packed` of it.
+    pub(super) fn done(&self, j: usize, pc: usize) {
+        self.state(j, pc).store(PACKED, Ordering::Release);
+    }
+}
+
+// SAFETY: the view is read-only; the states are atomics.
+unsafe impl<T: Sync> Sync for LazyB<'_, T> {}
+
+/// Runs the grid with B (a view) packed by its tasks into `buf` when kernel `kern` packs a panel
+/// in its first tile, B is row-major, there is a column band per thread, and no other product
+/// holds the claim states; returns false (nothing done) otherwise, and the caller packs B first.
+///
+/// Zen 5, 2 threads, against packing all of B first and copying A when its rows are 4 KiB apart
+/// (blocks of 6 calls per way, the first of each untimed, 6 rounds, median GFLOP/s): 512^3
+/// 454.9 -> 503.2, 1024^3 463.5-469.2 -> 479.0-481.3 (3 runs), 2048^3 480.2 -> 492.8, 256^3
+/// and 4096^3 level. Each thread packs only the panels it reads, in its own cache.
+///
+/// # Safety
+/// As `gemm_src`; `buf` holds `n.div_ceil(nr) * nr * k` elements.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn grid_lazy_b<T: GemmElem>(
+    kern: &Kernel<T>,
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: MatRef<T>,
+    buf: *mut T,
+    c: MatMut<T>,
+    epi: Option<Epilogue<'_>>,
+) -> bool {
+    let (kcm, nr) = (kc_for(k, kern), kern.nr);
+    let (kblocks, tiles_n) = (k.div_ceil(kcm), n.div_ceil(nr));
+    if kern.pack_tile.is_none() || b.cs != 1 || !LAZY_B.load(Ordering::Relaxed) || tiles_n < threads {
+        return false;
+    }
+    let Ok(states) = LAZY_STATES.try_lock() else { return false };
+    let chunks = tiles_n * kblocks;
+    if chunks > LAZY_CHUNKS {
+        return false;
+    }
+    states[..chunks].iter().for_each(|s| s.store(FREE, Ordering::Relaxed));
+    // Tests: every `BUSY_EVERY`-th chunk reads as being packed by another task, for good.
+    #[cfg(test)]
+    if let n @ 1.. = BUSY_EVERY.load(Ordering::Relaxed) {
+        states[..chunks].iter().step_by(n).for_each(|s| s.store(PACKING, Ordering::Relaxed));
+    }
+    let lazy = LazyB { view: b, states: &states, kcm, kblocks, nr };
+    // SAFETY: forwarded; every chunk is packed (or copied privately) before it is read.
+    unsafe { grid(kern, threads, m, n, k, a, BSrc::Packed(b, buf), c, epi, Some(&lazy)) };
+    true
+}
+
+/// The grid of (row block, column block) tasks for a row-major A (`a.cs == 1`, k > 0) and B
+/// packed ahead of time or by the tasks (`lazy`), or A small enough to stay in L2 (`direct_a`).
+///
+/// # Safety
+/// As `gemm_src`; a `lazy` B's buffer is the one `b` points to.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn grid<T: GemmElem>(
+    kern: &Kernel<T>,
+    threads: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: BSrc<T>,
+    c: MatMut<T>,
+    epi: Option<Epilogue<'_>>,
+    lazy: Option<&LazyB<'_, T>>,
+) {
+    let (mr, nr) = (kern.mr, kern.nr);
+    let tiles_n = n.div_ceil(nr);
+    let size = std::mem::size_of::<T>();
+    // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
+    // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
+    // cost more than they saved on a Zen 5 once the 12-row kernel read rows from four pointers
+    // in asm (`examples/gemm_bench`, builds alternated, 2 threads: 1024^3 416 -> 428 GFLOP/s,
+    // 2048^3 393 -> 435, 1024 x 384 x 1536 451 -> 459, the other model shapes level). A kernel
+    // that packs B in its tiles prefetches A's rows too, and reads them in place (no copy).
+    let _copy_of_a;
+    let a = match lazy.map_or_else(|| restride_a(m, n, k, a, threads), |_| None) {
+        Some((guard, view)) => {
+            _copy_of_a = guard;
+            view
+        }
+        None => a,
+    };
+    let tiles_m = m.div_ceil(mr);
+    let rb_tiles =
+        if direct_a(m, k, a, kern) { tiles_m } else { (DIRECT_A_BYTES / 2 / (kc_for(k, kern) * size) / mr).max(1) };
+    // Column blocks of about GROUP_PANELS panels.
+    let mut col_blocks = tiles_n.div_ceil(GROUP_PANELS);
+    // B packed by the tasks: one band of columns per thread (a whole number of column blocks
+    // each), run down each column block in turn, so each thread packs the panels it reads.
+    let col_bands = lazy.is_some() && threads > 1;
+    let bands = RowBands::new(tiles_m.div_ceil(rb_tiles), tiles_m, threads);
+    let mut row_blocks = bands.row_blocks;
+    if col_bands {
+        col_blocks = col_blocks.next_multiple_of(threads).min(tiles_n / threads * threads);
+        while tiles_m.div_ceil(rb_tiles) * col_blocks > MAX_TASKS && col_blocks > threads {
+            col_blocks -= threads;
+        }
+        row_blocks = tiles_m.div_ceil(rb_tiles).clamp(1, (MAX_TASKS / col_blocks).max(1));
+    } else {
+        // One band of rows per thread, run a column block at a time (`RowBands`), with enough
+        // column blocks for a task count that is a multiple of the thread count (so no thread
+        // idles at the end), and not too many tasks.
+        if threads > 1 {
+            col_blocks = (row_blocks * col_blocks).div_ceil(threads) * threads / row_blocks;
+        }
+        while row_blocks * col_blocks > MAX_TASKS && col_blocks > 1 {
+            col_blocks = col_blocks.div_ceil(2);
+        }
+        col_blocks = col_blocks.clamp(1, tiles_n);
+    }
+    let coords = |t: usize| if col_bands { (t % row_blocks, t / row_blocks) } else { bands.coords(t, col_blocks) };
+    let task = |t: usize| {
+        let (rb, cb) = coords(t);
+        let (i0, i1) = even_span(rb, row_blocks, tiles_m, mr, m);
+        let (j0, j1) = even_span(cb, col_blocks, tiles_n, nr, n);
+        if i0 >= i1 || j0 >= j1 {
+            return;
+        }
+        let shifted = |i: usize, r: usize, j: usize, w: usize| epi.map_or((), |f| f(i0 + i, r, j, w));
+        let epi_t = epi.map(|_| &shifted as Epilogue<'_>);
+        // Each thread runs a contiguous share of the tasks (`parallel_for`): its next one is
+        // most likely the next; its first B panel is prefetched during this one's last pass.
+        let next = t + 1;
+        let next_j = (next < row_blocks * col_blocks).then(|| even_span(coords(next).1, col_blocks, tiles_n, nr, n).0);
+        // SAFETY: tasks own disjoint blocks of C.
+        unsafe {
+            gemm_direct(
+                kern,
+                i1 - i0,
+                j1 - j0,
+                k,
+                a.skip_rows(i0),
+                b,
+                c.skip_rows(i0),
+                (j0, next_j),
+                threads::slot(),
+                epi_t,
+                lazy,
+            )
+        };
+    };
+    let tasks = row_blocks * col_blocks;
+    if threads == 1 {
+        (0..tasks).for_each(task);
+    } else {
+        threads::parallel_for(tasks, &task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_claim_packs_a_second_copies_and_a_finished_chunk_is_read() {
+        let states = [const { AtomicU8::new(0) }; LAZY_CHUNKS];
+        let b = [0f32; 4];
+        let lazy =
+            LazyB { view: MatRef { ptr: b.as_ptr(), rs: 1, cs: 1 }, states: &states, kcm: 256, kblocks: 4, nr: 32 };
+        assert_eq!(lazy.claim(64, 256), Claim::Mine);
+        assert_eq!(lazy.claim(64, 256), Claim::Busy);
+        // Other chunks are untouched: the next panel, the next k block.
+        assert_eq!(lazy.claim(96, 256), Claim::Mine);
+        assert_eq!(lazy.claim(64, 512), Claim::Mine);
+        lazy.done(64, 256);
+        assert_eq!(lazy.claim(64, 256), Claim::Packed);
+        assert_eq!(states[2 * 4 + 1].load(Ordering::Relaxed), PACKED);
+    }
+}
