@@ -77,6 +77,19 @@ fn threaded_matmul() {
     assert_eq!(allocs_during_run(&g, &[b_v], &[a_v]), 0);
 }
 
+/// Two runtime inputs with many rows (4 KiB rows in A): B is packed by the task grid's first
+/// row tiles (`gemm::grid`), into the whole-B buffer and per-thread private panels.
+fn matmul_of_two_inputs_packs_b_in_its_tasks() {
+    let mut g = Graph::new("mm-inputs");
+    let a = g.input("a", Shape::new(&[400, 1024], DType::F32));
+    let b = g.input("b", Shape::new(&[1024, 200], DType::F32));
+    let y = g.matmul(a, b);
+    g.set_outputs(vec![y]);
+    let a_v = HostTensor::from_f32(&[400, 1024], &vec![0.25; 400 * 1024]).unwrap();
+    let b_v = HostTensor::from_f32(&[1024, 200], &vec![0.5; 1024 * 200]).unwrap();
+    assert_eq!(allocs_during_run(&g, &[], &[a_v, b_v]), 0);
+}
+
 /// Quantized matmul (decode and prefill) and dequantize: the activation scratch is allocated
 /// when the kernel is built.
 fn quantized_matmul_and_dequantize() {
@@ -294,6 +307,7 @@ fn main() {
     elementwise_reduce_softmax_gather_topk();
     small_matmul();
     threaded_matmul();
+    matmul_of_two_inputs_packs_b_in_its_tasks();
     quantized_matmul_and_dequantize();
     attention_rope_and_norms();
     println!("zero_alloc: warm runs allocate nothing");
