@@ -532,8 +532,9 @@ unsafe fn gemm_with<T: GemmElem>(
         && !threads::in_pool_task()
         && let Some(mut whole) = T::whole_b()
     {
-        // Many rows, A row-major: pack all of B once, on the pool, then run the grid of
-        // (row block, column block) tasks above over the packed copy. Each B block packed by
+        // Many rows, A row-major: B packed whole, once, by the grid's own tasks where the kernel
+        // can (`grid::grid_lazy_b`), else all of it first, on the pool, then the grid of (row
+        // block, column block) tasks above over the packed copy. Each B block packed by
         // all threads at once and read by every thread (`gemm_shared`) left the other core's
         // half in that core's cache, modified. n^3 as % of the FMA peak on a 2-core Zen 5,
         // `examples/gemm_paths` (calls alternated, 7 rounds): 512 69.3 -> 81.0, 1024 68.2 -> 81.6,
