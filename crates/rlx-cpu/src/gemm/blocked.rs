@@ -67,7 +67,7 @@ pub(crate) fn aligned_buf<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &
 /// task is packing is copied to `private` (room for one panel) instead of waited for.
 #[derive(Clone, Copy)]
 struct PackHere<'a, T> {
-    lazy: &'a LazyB<'a, T>,
+    lazy: &'a LazyB<'a>,
     src: MatRef<T>,
     j: usize,
     pc: usize,
@@ -302,7 +302,7 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
     (j0, next_j): (usize, Option<usize>),
     slot: usize,
     epi: Option<Epilogue<'_>>,
-    lazy: Option<&LazyB<'_, T>>,
+    lazy: Option<&LazyB<'_>>,
 ) {
     let nr = kern.nr;
     let kcm = kc_for(k, kern);
@@ -314,12 +314,10 @@ pub(super) unsafe fn gemm_direct<T: GemmElem>(
             for pc in (0..k).step_by(kcm) {
                 let kc = kcm.min(k - pc);
                 // A B packed by the tasks: each panel packed by the first to read it (`tiles`).
+                let bv = b.view();
                 let pack = lazy.map(|lz| PackHere {
                     lazy: lz,
-                    src: MatRef {
-                        ptr: lz.view.ptr.wrapping_offset(pc as isize * lz.view.rs + (j0 + jg) as isize * lz.view.cs),
-                        ..lz.view
-                    },
+                    src: MatRef { ptr: bv.ptr.wrapping_offset(pc as isize * bv.rs + (j0 + jg) as isize * bv.cs), ..bv },
                     j: j0 + jg,
                     pc,
                     private: pb.as_mut_ptr(),

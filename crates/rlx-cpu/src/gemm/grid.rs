@@ -36,11 +36,10 @@ pub fn set_lazy_b_packing(on: bool) {
     LAZY_B.store(on, Ordering::Relaxed);
 }
 
-/// A B being packed into the whole-B buffer by the grid's tasks: the chunk of the panel at
-/// column `j` and k block `pc` is packed by the task that claims it first.
-pub(super) struct LazyB<'a, T> {
-    /// The B being packed.
-    pub view: MatRef<T>,
+/// The claims on a B being packed into the whole-B buffer by the grid's tasks (the view and
+/// the buffer travel as `BSrc::Packed`): the chunk of the panel at column `j` and k block `pc` is
+/// packed by the task that claims it first.
+pub(super) struct LazyB<'a> {
     states: &'a [AtomicU8; LAZY_CHUNKS],
     kcm: usize,
     kblocks: usize,
@@ -58,7 +57,7 @@ pub(super) enum Claim {
     Busy,
 }
 
-impl<T> LazyB<'_, T> {
+impl LazyB<'_> {
     fn state(&self, j: usize, pc: usize) -> &AtomicU8 {
         &self.states[(j / self.nr) * self.kblocks + pc / self.kcm]
     }
@@ -82,9 +81,6 @@ impl<T> LazyB<'_, T> {
         self.state(j, pc).store(PACKED, Ordering::Release);
     }
 }
-
-// SAFETY: the view is read-only; the states are atomics.
-unsafe impl<T: Sync> Sync for LazyB<'_, T> {}
 
 /// Runs the grid with B (a view) packed by its tasks into `buf` when kernel `kern` packs a panel
 /// in its first tile, B is row-major, there is a column band per thread, and no other product
@@ -126,7 +122,7 @@ pub(super) unsafe fn grid_lazy_b<T: GemmElem>(
     if let n @ 1.. = BUSY_EVERY.load(Ordering::Relaxed) {
         states[..chunks].iter().step_by(n).for_each(|s| s.store(PACKING, Ordering::Relaxed));
     }
-    let lazy = LazyB { view: b, states: &states, kcm, kblocks, nr };
+    let lazy = LazyB { states: &states, kcm, kblocks, nr };
     // SAFETY: forwarded; every chunk is packed (or copied privately) before it is read.
     unsafe { grid(kern, threads, m, n, k, a, BSrc::Packed(b, buf), c, epi, Some(&lazy)) };
     true
@@ -148,7 +144,7 @@ pub(super) unsafe fn grid<T: GemmElem>(
     b: BSrc<T>,
     c: MatMut<T>,
     epi: Option<Epilogue<'_>>,
-    lazy: Option<&LazyB<'_, T>>,
+    lazy: Option<&LazyB<'_>>,
 ) {
     let (mr, nr) = (kern.mr, kern.nr);
     let tiles_n = n.div_ceil(nr);
@@ -175,14 +171,15 @@ pub(super) unsafe fn grid<T: GemmElem>(
     // B packed by the tasks: one band of columns per thread (a whole number of column blocks
     // each), run down each column block in turn, so each thread packs the panels it reads.
     let col_bands = lazy.is_some() && threads > 1;
-    let bands = RowBands::new(tiles_m.div_ceil(rb_tiles), tiles_m, threads);
+    let fitting_rows = tiles_m.div_ceil(rb_tiles);
+    let bands = RowBands::new(fitting_rows, tiles_m, threads);
     let mut row_blocks = bands.row_blocks;
     if col_bands {
         col_blocks = col_blocks.next_multiple_of(threads).min(tiles_n / threads * threads);
-        while tiles_m.div_ceil(rb_tiles) * col_blocks > MAX_TASKS && col_blocks > threads {
+        while fitting_rows * col_blocks > MAX_TASKS && col_blocks > threads {
             col_blocks -= threads;
         }
-        row_blocks = tiles_m.div_ceil(rb_tiles).clamp(1, (MAX_TASKS / col_blocks).max(1));
+        row_blocks = fitting_rows.clamp(1, (MAX_TASKS / col_blocks).max(1));
     } else {
         // One band of rows per thread, run a column block at a time (`RowBands`), with enough
         // column blocks for a task count that is a multiple of the thread count (so no thread
@@ -241,9 +238,7 @@ mod tests {
     #[test]
     fn the_first_claim_packs_a_second_copies_and_a_finished_chunk_is_read() {
         let states = [const { AtomicU8::new(0) }; LAZY_CHUNKS];
-        let b = [0f32; 4];
-        let lazy =
-            LazyB { view: MatRef { ptr: b.as_ptr(), rs: 1, cs: 1 }, states: &states, kcm: 256, kblocks: 4, nr: 32 };
+        let lazy = LazyB { states: &states, kcm: 256, kblocks: 4, nr: 32 };
         assert_eq!(lazy.claim(64, 256), Claim::Mine);
         assert_eq!(lazy.claim(64, 256), Claim::Busy);
         // Other chunks are untouched: the next panel, the next k block.

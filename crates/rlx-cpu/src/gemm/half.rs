@@ -80,7 +80,7 @@ fn kernel() -> Kernel<f32> {
         return k;
     }
     let (mr, nr) = (<f32 as GemmElem>::MR, <f32 as GemmElem>::NR);
-    Kernel { name: "gemm-elem", mr, nr, kc: usize::MAX, micro: <f32 as GemmElem>::micro, stream: None, pack_tile: None }
+    Kernel::plain("gemm-elem", mr, nr, usize::MAX, <f32 as GemmElem>::micro)
 }
 
 /// f32 elements `pack_b_full` writes for a k x n B (room for the AMX layout where it runs).

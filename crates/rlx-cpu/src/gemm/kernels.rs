@@ -70,36 +70,12 @@ pub fn f32_kernels() -> Vec<Kernel<f32>> {
             });
         }
         if has_avx2() {
-            v.push(Kernel {
-                name: "avx2-6x16",
-                mr: 6,
-                nr: 16,
-                kc: KC,
-                micro: x86::f32_6x16,
-                stream: None,
-                pack_tile: None,
-            });
+            v.push(Kernel::plain("avx2-6x16", 6, 16, KC, x86::f32_6x16));
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel {
-        name: "neon-8x12",
-        mr: 8,
-        nr: 12,
-        kc: KC,
-        micro: super::neon::f32_8x12,
-        stream: None,
-        pack_tile: None,
-    });
-    v.push(Kernel {
-        name: "portable-6x16",
-        mr: 6,
-        nr: 16,
-        kc: KC,
-        micro: generic::<f32, 6, 16>,
-        stream: None,
-        pack_tile: None,
-    });
+    v.push(Kernel::plain("neon-8x12", 8, 12, KC, super::neon::f32_8x12));
+    v.push(Kernel::plain("portable-6x16", 6, 16, KC, generic::<f32, 6, 16>));
     v
 }
 
@@ -123,36 +99,12 @@ pub fn f64_kernels() -> Vec<Kernel<f64>> {
             });
         }
         if has_avx2() {
-            v.push(Kernel {
-                name: "avx2-6x8",
-                mr: 6,
-                nr: 8,
-                kc: KC,
-                micro: x86::f64_6x8,
-                stream: None,
-                pack_tile: None,
-            });
+            v.push(Kernel::plain("avx2-6x8", 6, 8, KC, x86::f64_6x8));
         }
     }
     #[cfg(target_arch = "aarch64")]
-    v.push(Kernel {
-        name: "neon-6x8",
-        mr: 6,
-        nr: 8,
-        kc: KC,
-        micro: super::neon::f64_6x8,
-        stream: None,
-        pack_tile: None,
-    });
-    v.push(Kernel {
-        name: "portable-6x8",
-        mr: 6,
-        nr: 8,
-        kc: KC,
-        micro: generic::<f64, 6, 8>,
-        stream: None,
-        pack_tile: None,
-    });
+    v.push(Kernel::plain("neon-6x8", 6, 8, KC, super::neon::f64_6x8));
+    v.push(Kernel::plain("portable-6x8", 6, 8, KC, generic::<f64, 6, 8>));
     v
 }
 

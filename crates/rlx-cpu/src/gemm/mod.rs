@@ -122,6 +122,13 @@ pub struct Kernel<T> {
     pub pack_tile: Option<PackTileFn<T>>,
 }
 
+impl<T> Kernel<T> {
+    /// A kernel with neither a prefetch stream nor a packing tile.
+    pub const fn plain(name: &'static str, mr: usize, nr: usize, kc: usize, micro: MicroFn<T>) -> Self {
+        Kernel { name, mr, nr, kc, micro, stream: None, pack_tile: None }
+    }
+}
+
 /// An element type with a micro-kernel.
 pub trait GemmElem: gemv::GemvElem + Send + Sync + 'static {
     /// Rows of the portable tile (`micro`); `kernel()` may pick a wider one at run time.

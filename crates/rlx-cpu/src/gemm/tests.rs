@@ -55,26 +55,10 @@ fn check(m: usize, n: usize, k: usize) {
         }
         // A tile no shipped x86 kernel has (12 columns do not divide the 2048-column block,
         // as NEON's 8 x 12) and a shallow k block.
-        let odd = Kernel {
-            name: "portable-5x12",
-            mr: 5,
-            nr: 12,
-            kc: 100,
-            micro: kernels::generic::<f32, 5, 12>,
-            stream: None,
-            pack_tile: None,
-        };
+        let odd = Kernel::plain("portable-5x12", 5, 12, 100, kernels::generic::<f32, 5, 12>);
         check_kernel(&odd, threads, m, n, k, &a, &b, &want, 1e-3);
         // A tile of more than 8 rows (as the AVX-512 12-row tiles), on a portable kernel.
-        let tall = Kernel {
-            name: "portable-13x8",
-            mr: 13,
-            nr: 8,
-            kc: 64,
-            micro: kernels::generic::<f32, 13, 8>,
-            stream: None,
-            pack_tile: None,
-        };
+        let tall = Kernel::plain("portable-13x8", 13, 8, 64, kernels::generic::<f32, 13, 8>);
         check_kernel(&tall, threads, m, n, k, &a, &b, &want, 1e-3);
     }
 }
