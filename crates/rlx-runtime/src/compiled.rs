@@ -6,6 +6,12 @@ use std::ops::Range;
 use std::sync::Arc;
 
 /// A compiled graph: set params once, then run many times.
+///
+/// It is `Send` but not `Sync`, and `run` takes `&mut self` (runs write its arena): to serve
+/// several threads, put it behind a `Mutex`, or compile copies that share its params
+/// (`share_params_from`): they run at once while every shared param is read-only
+/// (`bind_param_external`), and take turns (one lock per run) once one is writable
+/// (`tests/concurrency.rs`).
 pub struct CompiledGraph {
     exe: Box<dyn Executable>,
     inputs: Vec<(String, Shape)>,
