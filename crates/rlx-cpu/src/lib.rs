@@ -49,6 +49,8 @@ impl Backend for CpuBackend {
             // The packed GEMM reads either operand through strides.
             matmul_transpose_flags: true,
             matmul_epilogues: true,
+            // Attention widens f16 / bf16 K and V per block under f32 queries.
+            half_kv_cache: true,
             execution: Execution::PerOpKernels,
             // The memory plan puts eligible updates on the param's bytes (`plan_with_updates`).
             in_place_state: true,

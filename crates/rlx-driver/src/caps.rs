@@ -36,6 +36,10 @@ pub struct Capabilities {
     /// output. Fusion still asks the kernel table per node; this is the summary for reports and
     /// for a backend choosing between per-op and whole-graph lowering.
     pub matmul_epilogues: bool,
+    /// Whether attention reads f16 / bf16 keys and values under f32 queries natively, so that
+    /// models keep KV caches in f16 by default (half the memory and the bytes each decode step
+    /// reads, as llama.cpp does); without it they default to f32 caches.
+    pub half_kv_cache: bool,
     /// Whether the backend runs per-op kernels or compiles whole graphs.
     pub execution: Execution,
     /// Whether state updates (`Graph::update_param`) are written into the param's own storage

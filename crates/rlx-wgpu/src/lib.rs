@@ -85,6 +85,8 @@ impl Backend for WgpuBackend {
             matmul_transpose_flags: false,
             // `fused_matmul` runs its epilogue in the WGSL matmul.
             matmul_epilogues: true,
+            // Models keep f32 caches here, as before capabilities existed.
+            half_kv_cache: false,
             execution: rlx_driver::Execution::PerOpKernels,
             // Updates are copied into the param buffers on the GPU after each run.
             in_place_state: false,
