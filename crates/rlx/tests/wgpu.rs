@@ -9,6 +9,8 @@ fn wgpu_through_the_facade() -> rlx::Result<()> {
         eprintln!("wgpu test SKIPPED: RLX_WGPU_SKIP=1");
         return Ok(());
     }
+    // Creating a session registers the backends this build has, so the device can answer.
+    let session = Session::new(Device::Wgpu);
     if let Some(why) = Device::Wgpu.unavailable_reason() {
         panic!("Device::Wgpu is unavailable: {why} (set RLX_WGPU_SKIP=1 on machines without Vulkan)");
     }
@@ -19,7 +21,6 @@ fn wgpu_through_the_facade() -> rlx::Result<()> {
     let y = g.relu(y);
     g.set_outputs(vec![y]);
 
-    let session = Session::new(Device::Wgpu);
     assert_eq!(session.backend()?.name(), "wgpu");
     let mut c = session.compile(g)?;
     c.set_param("w", &[1.0, -1.0, 0.5, 2.0, -2.0, 0.0])?;
