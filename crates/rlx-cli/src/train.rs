@@ -2,10 +2,10 @@
 //! progress bar, samples as it goes, a loss-curve PNG and a resumable safetensors checkpoint.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rlx::nn::gpt::{self, CharGpt, GptConfig, SampleOptions};
+use rlx::nn::optim::Schedule;
+use rlx::nn::{Adam, MixedPrecision, ParamStore, Rng, TrainConfig, TrainStep};
 use rlx::prelude::*;
-use rlx_nn::gpt::{self, CharGpt, GptConfig, SampleOptions};
-use rlx_nn::optim::Schedule;
-use rlx_nn::{Adam, MixedPrecision, ParamStore, Rng, TrainConfig, TrainStep};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -120,7 +120,7 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     let (cfg, mut store, start) = match &args.resume {
         Some(p) => {
             let (cfg, store, _) = gpt::load(p)?;
-            let step = store.get(rlx_nn::train::COUNT)?.to_f64_vec()?[0] as usize;
+            let step = store.get(rlx::nn::train::COUNT)?.to_f64_vec()?[0] as usize;
             writeln!(out, "resuming {} at step {step}", p.display())?;
             (cfg, store, step)
         }
@@ -411,7 +411,7 @@ mod tests {
         let (cfg, store, meta) = gpt::load(&ckpt).unwrap();
         assert_eq!((cfg.layers, cfg.dim, cfg.ctx), (1, 16, 16));
         assert_eq!(meta.get("rlx.step").map(String::as_str), Some("6"));
-        assert_eq!(store.get(rlx_nn::train::COUNT).unwrap().to_f64_vec().unwrap(), vec![6.0]);
+        assert_eq!(store.get(rlx::nn::train::COUNT).unwrap().to_f64_vec().unwrap(), vec![6.0]);
         // Resume to step 8, then sample the checkpoint as `rlx generate` does.
         let more = TrainArgs { steps: 8, resume: Some(ckpt.clone()), ..args };
         let mut log = vec![];
