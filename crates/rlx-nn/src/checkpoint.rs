@@ -65,13 +65,20 @@ pub fn load(path: &Path) -> Result<(ParamStore, HashMap<String, String>)> {
 
 /// `load` of a file already in memory; `path` names it in errors.
 pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<(ParamStore, HashMap<String, String>)> {
-    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| file_err(path, e.to_string()))?;
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| file_err(path, e.to_string()))?;
+    // One parse of the header (`SafeTensors::deserialize` would parse it again); it checks that
+    // the tensors' byte ranges tile the data after it.
+    let (header_len, meta) =
+        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| file_err(path, e.to_string()))?;
+    let data = bytes.get(8 + header_len..).unwrap_or_default();
     let mut store = ParamStore::new();
-    for (name, v) in st.tensors() {
-        let dt = rlx_dtype(v.dtype())
-            .ok_or_else(|| file_err(path, format!("tensor `{name}`: dtype {:?} is not supported", v.dtype())))?;
-        let t = HostTensor::from_bytes(Shape::new(v.shape(), dt), v.data())?;
+    for (name, info) in meta.tensors() {
+        let dt = rlx_dtype(info.dtype)
+            .ok_or_else(|| file_err(path, format!("tensor `{name}`: dtype {:?} is not supported", info.dtype)))?;
+        let (start, end) = info.data_offsets;
+        let raw = data
+            .get(start..end)
+            .ok_or_else(|| file_err(path, format!("tensor `{name}`: bytes {start}..{end} are outside the file")))?;
+        let t = HostTensor::from_bytes(Shape::new(&info.shape, dt), raw)?;
         store.insert(&name, t);
     }
     Ok((store, meta.metadata().clone().unwrap_or_default()))
