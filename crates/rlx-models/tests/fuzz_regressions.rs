@@ -4,8 +4,8 @@
 
 use rlx_gguf::{Array, Gguf, GgufWriter, Value};
 use rlx_ir::Error;
-use rlx_models::{GgufTokenizer, SafetensorsFile, TextTokenizer};
-use std::path::PathBuf;
+use rlx_models::{BertConfig, GgufTokenizer, SafetensorsFile, TextTokenizer, bert};
+use std::path::{Path, PathBuf};
 
 fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
@@ -90,4 +90,18 @@ fn template_post_processors_that_would_panic_while_encoding_are_refused() {
     });
     let e = TextTokenizer::from_bytes(&nested, "tok.json", 8).unwrap_err().to_string();
     assert!(e.contains("`[CLS]`"), "{e}");
+}
+
+#[test]
+fn a_bert_config_with_more_layers_than_memory_fails_at_the_first_missing_layer() {
+    let text = std::fs::read_to_string(fixture("tiny-bert/config.json")).unwrap();
+    let big = text.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000000000");
+    assert_ne!(big, text);
+    let cfg = BertConfig::from_bytes(big.as_bytes(), Path::new("config.json")).unwrap();
+    let weights = SafetensorsFile::open(fixture("tiny-bert/model.safetensors")).unwrap();
+    // The list of every weight was built first: 1.6e16 entries.
+    let e = bert::check_weights(&cfg, &weights, "bert.").unwrap_err();
+    assert!(matches!(&e, Error::MissingTensor { name, .. } if name.starts_with("bert.encoder.layer.2.")), "{e}");
+    let e = BertConfig::from_bytes(b"{\"vocab_size\": -1}", Path::new("c.json")).unwrap_err().to_string();
+    assert!(e.contains("c.json") && e.contains("bad BERT config"), "{e}");
 }
