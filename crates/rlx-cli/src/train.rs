@@ -119,8 +119,7 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     let text = read_text(args)?;
     let (cfg, mut store, start) = match &args.resume {
         Some(p) => {
-            let (cfg, store, _) = gpt::load(p)?;
-            let step = store.get(rlx::nn::train::COUNT)?.to_f64_vec()?[0] as usize;
+            let (cfg, store, step) = gpt::resume(p)?;
             writeln!(out, "resuming {} at step {step}", p.display())?;
             (cfg, store, step)
         }
@@ -189,7 +188,8 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
         ProgressStyle::with_template("{bar:30.cyan/blue} step {pos}/{len} {msg} ETA {eta}")?.progress_chars("=> "),
     );
     bar.set_position(start as u64);
-    let mut rng = Rng::new(args.seed.wrapping_add(start as u64 * 7919));
+    // A seed mix: wrapping, so that no step count overflows it.
+    let mut rng = Rng::new(args.seed.wrapping_add((start as u64).wrapping_mul(7919)));
     let (mut losses, mut vals) = (vec![], vec![]);
     let tokens_per_step = (args.batch * cfg.ctx * args.accum) as f64;
     let t_train = Instant::now();

@@ -126,7 +126,8 @@ impl Graph {
             let (body, ty) = rhs.rsplit_once(" : ").ok_or_else(|| err(ln, "missing ` : type`".into()))?;
             let ty: Shape = ty.parse().map_err(|e| err(ln, e))?;
             let open = body.find('(').ok_or_else(|| err(ln, "missing `(`".into()))?;
-            let close = body.find(')').ok_or_else(|| err(ln, "missing `)`".into()))?;
+            // The first `)` after the `(`: one before it (`)(`) would make an inverted range.
+            let close = body[open..].find(')').map(|c| open + c).ok_or_else(|| err(ln, "missing `)`".into()))?;
             let op_name = body[..open].trim();
             let args = body[open + 1..close]
                 .split(',')

@@ -50,9 +50,15 @@ fn default_eps() -> f64 {
 impl BertConfig {
     /// Parses `config.json` and checks that the encoder can run it.
     pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::ModelFile { path: path.display().to_string(), reason: e.to_string() })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// `from_file` of a `config.json` already in memory; `path` names it in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
         let err = |reason: String| Error::ModelFile { path: path.display().to_string(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let cfg: BertConfig = serde_json::from_str(&text).map_err(|e| err(format!("bad BERT config: {e}")))?;
+        let cfg: BertConfig = serde_json::from_slice(bytes).map_err(|e| err(format!("bad BERT config: {e}")))?;
         cfg.validate().map_err(err)?;
         Ok(cfg)
     }
@@ -160,12 +166,15 @@ const LAYER_WEIGHTS: [LayerWeight; 16] = {
 impl BertWeight {
     /// Every weight of a model with this config.
     pub fn all(cfg: &BertConfig) -> Vec<BertWeight> {
+        Self::iter(cfg).collect()
+    }
+
+    /// Every weight of a model with this config, in `all`'s order, made as it is read: a
+    /// config's layer count is checked against the file weight by weight, never allocated.
+    pub fn iter(cfg: &BertConfig) -> impl Iterator<Item = BertWeight> {
         use BertWeight::*;
-        let mut v = vec![WordEmb, PosEmb, TypeEmb, EmbNormW, EmbNormB];
-        for l in 0..cfg.num_hidden_layers {
-            v.extend(LAYER_WEIGHTS.iter().map(|&w| Layer(l, w)));
-        }
-        v
+        let layers = (0..cfg.num_hidden_layers).flat_map(|l| LAYER_WEIGHTS.iter().map(move |&w| Layer(l, w)));
+        [WordEmb, PosEmb, TypeEmb, EmbNormW, EmbNormB].into_iter().chain(layers)
     }
 
     /// The tensor name in a Hugging Face `BertModel` checkpoint (without a `bert.` prefix).
@@ -323,7 +332,9 @@ pub fn bert_graph(cfg: &BertConfig, opts: SentenceOptions, batch: usize, seq: us
 
 /// Checks every weight the config needs (name, shape, dtype) without reading the data.
 pub fn check_weights(cfg: &BertConfig, file: &SafetensorsFile, prefix: &str) -> Result<()> {
-    for w in BertWeight::all(cfg) {
+    // Lazily: a config of 10^15 layers fails at the first layer the file lacks, where a list of
+    // every weight would exhaust memory.
+    for w in BertWeight::iter(cfg) {
         file.check(&format!("{prefix}{}", w.hf_name()), &w.file_shape(cfg).0)?;
     }
     Ok(())

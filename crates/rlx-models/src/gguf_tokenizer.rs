@@ -5,6 +5,7 @@
 use rlx_gguf::{Array, Gguf, Value};
 use rlx_ir::{Error, Result};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// llama.cpp's token types.
 const CONTROL: i32 = 3;
@@ -21,6 +22,19 @@ fn pre_regex(pre: &str) -> Option<&'static str> {
         "gpt2" | "gpt-2" => Some(GPT2),
         _ => None,
     }
+}
+
+/// The compiled regex of a pattern of `pre_regex`: compiled once per process, as compiling one
+/// takes longer than reading a whole vocabulary.
+fn compiled(pattern: &'static str) -> std::result::Result<Arc<fancy_regex::Regex>, String> {
+    static CACHE: OnceLock<Mutex<HashMap<&'static str, Arc<fancy_regex::Regex>>>> = OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(r) = cache.get(pattern) {
+        return Ok(r.clone());
+    }
+    let r = Arc::new(fancy_regex::Regex::new(pattern).map_err(|e| e.to_string())?);
+    cache.insert(pattern, r.clone());
+    Ok(r)
 }
 
 /// GPT-2's printable stand-in for each byte.
@@ -42,7 +56,7 @@ fn byte_chars() -> [char; 256] {
 enum Kind {
     Bpe {
         ranks: HashMap<(String, String), usize>,
-        regex: Box<fancy_regex::Regex>,
+        regex: Arc<fancy_regex::Regex>,
         byte_char: Box<[char; 256]>,
         char_byte: HashMap<char, u8>,
     },
@@ -97,7 +111,8 @@ impl GgufTokenizer {
             Some(v) => return Err(err(format!("`tokenizer.ggml.token_type` is not {} i32 values: {v}", tokens.len()))),
         };
         let n = tokens.len();
-        let id = |k: &str| g.get(k).and_then(Value::as_u64).map(|x| x as u32).filter(|&x| (x as usize) < n);
+        // Range-checked before narrowing: `x as u32` would make 2^32 + 1 the valid id 1.
+        let id = |k: &str| g.get(k).and_then(Value::as_u64).filter(|&x| x < n as u64).map(|x| x as u32);
         let flag = |k: &str, d: bool| match g.get(k) {
             Some(Value::Bool(b)) => *b,
             _ => d,
@@ -106,8 +121,7 @@ impl GgufTokenizer {
             "gpt2" => {
                 let pre = g.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("gpt2");
                 let re = pre_regex(pre).ok_or_else(|| err(format!("pre-tokenizer `{pre}` is not supported")))?;
-                let regex =
-                    fancy_regex::Regex::new(re).map(Box::new).map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
+                let regex = compiled(re).map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
                 let merges = strings(g.get("tokenizer.ggml.merges"))
                     .ok_or_else(|| err("metadata `tokenizer.ggml.merges` is missing".into()))?;
                 let mut ranks = HashMap::new();

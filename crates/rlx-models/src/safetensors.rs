@@ -1,5 +1,6 @@
 //! Memory-mapped safetensors files: the tensor table, and f32 views of F32/F16/BF16 tensors
-//! checked against the shape a model needs.
+//! checked against the shape a model needs. `from_bytes` reads the same from memory (the fuzz
+//! target in ../fuzz feeds it).
 
 use memmap2::Mmap;
 use rlx_ir::{Error, Result};
@@ -22,17 +23,20 @@ pub struct TensorEntry {
     pub offsets: (usize, usize),
 }
 
+/// The bytes of a safetensors file: a map of the file, or bytes already in memory.
+pub type FileBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 /// A safetensors file mapped into memory; tensors are read lazily from the map.
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: FileBytes,
     header_len: usize,
     meta: Metadata,
 }
 
 impl std::fmt::Debug for SafetensorsFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SafetensorsFile").field("path", &self.path).field("bytes", &self.map.len()).finish()
+        f.debug_struct("SafetensorsFile").field("path", &self.path).field("bytes", &self.bytes().len()).finish()
     }
 }
 
@@ -48,9 +52,22 @@ impl SafetensorsFile {
         // SAFETY: the map is read-only; as with every mmap reader, the file must not be
         // truncated by another process while it is mapped.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| model_err(path, format!("mmap failed: {e}")))?;
-        let (header_len, meta) = SafeTensors::read_metadata(&map)
+        Self::from_shared(Arc::new(map), path)
+    }
+
+    /// Parses a safetensors file already in memory; `path` names it in errors.
+    pub fn from_bytes(bytes: Vec<u8>, path: impl AsRef<Path>) -> Result<Self> {
+        Self::from_shared(Arc::new(bytes), path.as_ref())
+    }
+
+    fn from_shared(map: FileBytes, path: &Path) -> Result<Self> {
+        let (header_len, meta) = SafeTensors::read_metadata((*map).as_ref())
             .map_err(|e| model_err(path, format!("not a valid safetensors file: {e}")))?;
-        Ok(SafetensorsFile { path: path.to_path_buf(), map: Arc::new(map), header_len, meta })
+        Ok(SafetensorsFile { path: path.to_path_buf(), map, header_len, meta })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        (*self.map).as_ref()
     }
 
     /// The file path.
@@ -128,11 +145,11 @@ impl SafetensorsFile {
     /// The map and the byte range of an F32 tensor stored 4-byte aligned, after checking its
     /// shape is `expected`: the bytes can be bound as a param without a copy. `None` for other
     /// dtypes or unaligned data.
-    pub fn f32_bytes(&self, name: &str, expected: &[usize]) -> Result<Option<(Arc<Mmap>, Range<usize>)>> {
+    pub fn f32_bytes(&self, name: &str, expected: &[usize]) -> Result<Option<(FileBytes, Range<usize>)>> {
         let info = self.check(name, expected)?;
         let base = 8 + self.header_len;
         let range = base + info.data_offsets.0..base + info.data_offsets.1;
-        let aligned = bytemuck_f32(&self.map[range.clone()]).is_some();
+        let aligned = bytemuck_f32(&self.bytes()[range.clone()]).is_some();
         Ok((info.dtype == Dtype::F32 && aligned).then(|| (self.map.clone(), range)))
     }
 
@@ -141,7 +158,7 @@ impl SafetensorsFile {
     pub fn f32_tensor(&self, name: &str, expected: &[usize]) -> Result<Cow<'_, [f32]>> {
         let info = self.check(name, expected)?;
         let base = 8 + self.header_len;
-        let bytes = &self.map[base + info.data_offsets.0..base + info.data_offsets.1];
+        let bytes = &self.bytes()[base + info.data_offsets.0..base + info.data_offsets.1];
         let halves = || bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
         Ok(match info.dtype {
             Dtype::F32 => match bytemuck_f32(bytes) {

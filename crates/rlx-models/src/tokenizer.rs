@@ -2,6 +2,7 @@
 //! truncation and padding to the longest text of a batch, as sentence-transformers does.
 
 use rlx_ir::{Error, Result};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use tokenizers::{PaddingParams, PaddingStrategy, TruncationParams};
 
@@ -27,6 +28,35 @@ impl TokenBatch {
     }
 }
 
+/// Checks what `tokenizers` checks when it builds a template post-processor but not when it
+/// reads one from a file; either mistake panics while encoding: a special token a template names
+/// but `special_tokens` does not define, and the second sequence (`$B`) in the template of one
+/// text. `p` is the post-processor as `tokenizers` serializes it.
+fn check_templates(p: &Value) -> std::result::Result<(), String> {
+    match p.get("type").and_then(Value::as_str) {
+        Some("TemplateProcessing") => {
+            let defined = p.get("special_tokens").and_then(Value::as_object);
+            for which in ["single", "pair"] {
+                for piece in p.get(which).and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str)
+                        && !defined.is_some_and(|m| m.contains_key(id))
+                    {
+                        return Err(format!("the {which} template names special token `{id}`, which is not defined"));
+                    }
+                    if which == "single" && piece.pointer("/Sequence/id").and_then(Value::as_str) == Some("B") {
+                        return Err("the single template uses the second sequence `$B`".into());
+                    }
+                }
+            }
+            Ok(())
+        }
+        Some("Sequence") => {
+            p.get("processors").and_then(Value::as_array).into_iter().flatten().try_for_each(check_templates)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A tokenizer loaded from `tokenizer.json`.
 pub struct TextTokenizer {
     path: PathBuf,
@@ -44,8 +74,23 @@ impl TextTokenizer {
     /// and a batch is padded to its longest text with the file's pad token.
     pub fn from_file(path: impl AsRef<Path>, max_len: usize) -> Result<Self> {
         let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error::ModelFile { path: path.display().to_string(), reason: e.to_string() })?;
+        Self::from_bytes(&bytes, path, max_len)
+    }
+
+    /// `from_file` of a `tokenizer.json` already in memory; `path` names it in errors.
+    pub fn from_bytes(bytes: &[u8], path: impl AsRef<Path>, max_len: usize) -> Result<Self> {
+        let path = path.as_ref();
         let err = |reason: String| Error::ModelFile { path: path.display().to_string(), reason };
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| err(format!("bad tokenizer: {e}")))?;
+        // `tokenizers` panics on some malformed JSON (its decoder reader unwraps the JSON error):
+        // the syntax is checked here first, so that every bad file is an error.
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| err(format!("bad tokenizer JSON: {e}")))?;
+        let mut inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| err(format!("bad tokenizer: {e}")))?;
+        if let Some(p) = inner.get_post_processor() {
+            let p = serde_json::to_value(p).map_err(|e| err(format!("bad post-processor: {e}")))?;
+            check_templates(&p).map_err(|e| err(format!("bad post-processor: {e}")))?;
+        }
         let file_pad = inner.get_padding().cloned().unwrap_or_default();
         let pad = PaddingParams { strategy: PaddingStrategy::BatchLongest, pad_to_multiple_of: None, ..file_pad };
         inner.with_padding(Some(pad));

@@ -33,6 +33,15 @@ fn rlx_dtype(d: Dtype) -> Option<DType> {
 
 /// Writes every tensor of `store` and the `metadata` pairs to `path`.
 pub fn save(path: &Path, store: &ParamStore, metadata: &[(&str, String)]) -> Result<()> {
+    let out = to_bytes(store, metadata, path)?;
+    // Write then rename, so an interrupted save never leaves a truncated checkpoint.
+    let tmp = path.with_extension("safetensors.tmp");
+    std::fs::write(&tmp, out).map_err(|e| file_err(&tmp, e.to_string()))?;
+    std::fs::rename(&tmp, path).map_err(|e| file_err(path, e.to_string()))
+}
+
+/// The bytes `save` writes; `path` names the file in errors.
+pub fn to_bytes(store: &ParamStore, metadata: &[(&str, String)], path: &Path) -> Result<Vec<u8>> {
     let mut bytes = vec![];
     for (name, t) in store.iter() {
         let dt = st_dtype(t.dtype())
@@ -45,23 +54,31 @@ pub fn save(path: &Path, store: &ParamStore, metadata: &[(&str, String)]) -> Res
         views.push((name.clone(), v));
     }
     let meta: HashMap<String, String> = metadata.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-    let out = safetensors::serialize(views, Some(meta)).map_err(|e| file_err(path, e.to_string()))?;
-    // Write then rename, so an interrupted save never leaves a truncated checkpoint.
-    let tmp = path.with_extension("safetensors.tmp");
-    std::fs::write(&tmp, out).map_err(|e| file_err(&tmp, e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| file_err(path, e.to_string()))
+    safetensors::serialize(views, Some(meta)).map_err(|e| file_err(path, e.to_string()))
 }
 
 /// Reads every tensor and the metadata of a safetensors file.
 pub fn load(path: &Path) -> Result<(ParamStore, HashMap<String, String>)> {
     let bytes = std::fs::read(path).map_err(|e| file_err(path, e.to_string()))?;
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| file_err(path, e.to_string()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| file_err(path, e.to_string()))?;
+    from_bytes(&bytes, path)
+}
+
+/// `load` of a file already in memory; `path` names it in errors.
+pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<(ParamStore, HashMap<String, String>)> {
+    // One parse of the header (`SafeTensors::deserialize` would parse it again); it checks that
+    // the tensors' byte ranges tile the data after it.
+    let (header_len, meta) =
+        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| file_err(path, e.to_string()))?;
+    let data = bytes.get(8 + header_len..).unwrap_or_default();
     let mut store = ParamStore::new();
-    for (name, v) in st.tensors() {
-        let dt = rlx_dtype(v.dtype())
-            .ok_or_else(|| file_err(path, format!("tensor `{name}`: dtype {:?} is not supported", v.dtype())))?;
-        let t = HostTensor::from_bytes(Shape::new(v.shape(), dt), v.data())?;
+    for (name, info) in meta.tensors() {
+        let dt = rlx_dtype(info.dtype)
+            .ok_or_else(|| file_err(path, format!("tensor `{name}`: dtype {:?} is not supported", info.dtype)))?;
+        let (start, end) = info.data_offsets;
+        let raw = data
+            .get(start..end)
+            .ok_or_else(|| file_err(path, format!("tensor `{name}`: bytes {start}..{end} are outside the file")))?;
+        let t = HostTensor::from_bytes(Shape::new(&info.shape, dt), raw)?;
         store.insert(&name, t);
     }
     Ok((store, meta.metadata().clone().unwrap_or_default()))

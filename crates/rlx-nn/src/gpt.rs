@@ -47,6 +47,15 @@ impl GptConfig {
         self.vocab.chars().count()
     }
 
+    /// A lower bound of the model's weight count (the embeddings and the MLP matrices); `None`
+    /// when it overflows.
+    pub fn min_params(&self) -> Option<usize> {
+        let d = self.dim;
+        let emb = d.checked_mul(self.vocab_size().checked_add(self.ctx)?)?;
+        let mlp = self.mlp_mult.checked_mul(d)?.checked_mul(d)?.checked_mul(2)?.checked_mul(self.layers)?;
+        emb.checked_add(mlp)
+    }
+
     fn check(&self) -> Result<()> {
         let bad = |r: String| Err(Error::eval("char-gpt", r));
         if self.vocab_size() == 0 || self.ctx == 0 || self.layers == 0 || self.heads == 0 || self.mlp_mult == 0 {
@@ -160,15 +169,34 @@ pub fn batch(tokens: &[i64], batch: usize, ctx: usize, rng: &mut Rng) -> Result<
 
 /// Saves params (and optimizer state, if `store` has it) with the config in the metadata.
 pub fn save(path: &Path, cfg: &GptConfig, store: &ParamStore, extra: &[(&str, String)]) -> Result<()> {
+    checkpoint::save(path, store, &metadata(cfg, extra)?)
+}
+
+/// The bytes `save` writes (`path` names the file in errors).
+pub fn to_bytes(path: &Path, cfg: &GptConfig, store: &ParamStore, extra: &[(&str, String)]) -> Result<Vec<u8>> {
+    checkpoint::to_bytes(store, &metadata(cfg, extra)?, path)
+}
+
+fn metadata<'a>(cfg: &GptConfig, extra: &[(&'a str, String)]) -> Result<Vec<(&'a str, String)>> {
     let json = serde_json::to_string(cfg).map_err(|e| Error::eval("char-gpt", e.to_string()))?;
     let mut meta = vec![(META_KIND, KIND.to_string()), (META_CONFIG, json)];
     meta.extend(extra.iter().cloned());
-    checkpoint::save(path, store, &meta)
+    Ok(meta)
 }
 
 /// Loads a char-GPT checkpoint: config, every tensor, and the other metadata.
 pub fn load(path: &Path) -> Result<(GptConfig, ParamStore, std::collections::HashMap<String, String>)> {
-    let (store, meta) = checkpoint::load(path)?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::ModelFile { path: path.display().to_string(), reason: e.to_string() })?;
+    from_bytes(&bytes, path)
+}
+
+/// `load` of a checkpoint already in memory; `path` names it in errors.
+pub fn from_bytes(
+    bytes: &[u8],
+    path: &Path,
+) -> Result<(GptConfig, ParamStore, std::collections::HashMap<String, String>)> {
+    let (store, meta) = checkpoint::from_bytes(bytes, path)?;
     let ferr = |r: String| Error::ModelFile { path: path.display().to_string(), reason: r };
     if meta.get(META_KIND).map(String::as_str) != Some(KIND) {
         return Err(ferr(format!("not a char-GPT checkpoint (metadata `{META_KIND}` is {:?})", meta.get(META_KIND))));
@@ -176,7 +204,66 @@ pub fn load(path: &Path) -> Result<(GptConfig, ParamStore, std::collections::Has
     let json = meta.get(META_CONFIG).ok_or_else(|| ferr(format!("metadata `{META_CONFIG}` is missing")))?;
     let cfg: GptConfig = serde_json::from_str(json).map_err(|e| ferr(format!("metadata `{META_CONFIG}`: {e}")))?;
     cfg.check()?;
+    // Before any graph is built from the config: a crafted `layers` or `dim` would otherwise
+    // build a graph (or size a tensor) far beyond what the file could hold the weights of.
+    let held = store.numel();
+    match cfg.min_params() {
+        Some(need) if need <= held => {}
+        need => {
+            let need = need.map_or("more than 2^64".to_string(), |n| n.to_string());
+            return Err(ferr(format!("the config needs at least {need} weights but the file holds {held}: {cfg:?}")));
+        }
+    }
     Ok((cfg, store, meta))
+}
+
+/// The largest step count a checkpoint may hold: the integers an f64 holds exactly.
+const MAX_STEP: f64 = 9_007_199_254_740_992.0;
+
+/// Reads a checkpoint to resume training from (`rlx train --resume`): the config, every tensor
+/// (the model params checked against the config) and the step count (`train::COUNT`).
+pub fn resume(path: &Path) -> Result<(GptConfig, ParamStore, usize)> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::ModelFile { path: path.display().to_string(), reason: e.to_string() })?;
+    resume_from_bytes(&bytes, path)
+}
+
+/// `resume` of a checkpoint already in memory; `path` names it in errors.
+pub fn resume_from_bytes(bytes: &[u8], path: &Path) -> Result<(GptConfig, ParamStore, usize)> {
+    let (cfg, store, _) = from_bytes(bytes, path)?;
+    let ferr = |r: String| Error::ModelFile { path: path.display().to_string(), reason: r };
+    let count = store.get(crate::train::COUNT)?.to_f64_vec()?;
+    let step = match count[..] {
+        [c] if c.is_finite() && c >= 0.0 && c.fract() == 0.0 && c <= MAX_STEP => c as usize,
+        _ => {
+            let shown: Vec<f64> = count.iter().copied().take(4).collect();
+            return Err(ferr(format!(
+                "the step count `{}` must be one whole number in 0..=2^53; it has {} values: {shown:?}",
+                crate::train::COUNT,
+                count.len()
+            )));
+        }
+    };
+    model_params(&cfg, &store).map_err(|e| ferr(e.to_string()))?;
+    Ok((cfg, store, step))
+}
+
+/// The model params of `store` (optimizer state left out), each checked to be the f32 tensor
+/// of the dims `cfg` needs.
+pub fn model_params(cfg: &GptConfig, store: &ParamStore) -> Result<ParamStore> {
+    let (_, specs) = logits_graph(cfg, 1, 1)?;
+    let mut s = ParamStore::new();
+    for p in &specs {
+        let t = store.get(&p.name)?;
+        if t.dims() != p.dims || t.dtype() != DType::F32 {
+            return Err(Error::eval(
+                "char-gpt",
+                format!("param `{}` is {}, the config needs f32{:?}", p.name, t.shape, p.dims),
+            ));
+        }
+        s.insert(&p.name, t.clone());
+    }
+    Ok(s)
 }
 
 /// A char-GPT for sampling: one compiled graph per power-of-two length (made when first
@@ -224,19 +311,7 @@ impl CharGpt {
 
     /// Replaces the params (e.g. with those of a training step); the optimizer state is ignored.
     pub fn set_params(&mut self, store: &ParamStore) -> Result<()> {
-        let (_, specs) = logits_graph(&self.cfg, 1, 1)?;
-        let mut s = ParamStore::new();
-        for p in &specs {
-            let t = store.get(&p.name)?;
-            if t.dims() != p.dims {
-                return Err(Error::eval(
-                    "char-gpt",
-                    format!("param `{}` has dims {:?}, the config needs {:?}", p.name, t.dims(), p.dims),
-                ));
-            }
-            s.insert(&p.name, t.clone());
-        }
-        self.store = s;
+        self.store = model_params(&self.cfg, store)?;
         self.version += 1;
         Ok(())
     }

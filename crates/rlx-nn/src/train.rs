@@ -166,7 +166,9 @@ impl TrainStep {
         let scalar = |n: &str| -> Result<u64> {
             Ok(if store.contains(n) { store.get(n)?.to_f64_vec()?.first().copied().unwrap_or(0.0) as u64 } else { 0 })
         };
-        let calls = scalar(COUNT)? * cfg.accum as u64 + scalar(MICRO)?;
+        // A position in the noise streams: wrapping keeps a (checkpointed) huge count from
+        // panicking, and the streams stay deterministic.
+        let calls = scalar(COUNT)?.wrapping_mul(cfg.accum as u64).wrapping_add(scalar(MICRO)?);
         Ok(TrainStep { exe, names, noise, seed: cfg.seed, calls })
     }
 
