@@ -5,7 +5,8 @@
 //! dispatch report on every compile.
 //!
 //! Devices: `Cpu` with the `cpu` cargo feature (on by default); `Wgpu` with the `wgpu` feature
-//! (off by default: wgpu takes minutes to build), on the best GPU adapter wgpu finds. A backend
+//! (off by default: wgpu takes minutes to build), on the best GPU adapter wgpu finds; `Tpu` with
+//! the `tpu` feature, on XLA through a PJRT plugin loaded at run time. A backend
 //! from another crate plugs in through `Session::with_backend`.
 #![warn(missing_docs)]
 
@@ -37,6 +38,10 @@ pub fn register_backends() {
         Device::Wgpu.register_probe(rlx_wgpu::gpu::probe);
         #[cfg(not(feature = "wgpu"))]
         Device::Wgpu.register_probe(|| Some("this build of rlx-runtime has no `wgpu` feature"));
+        #[cfg(feature = "tpu")]
+        Device::Tpu.register_probe(rlx_pjrt::probe);
+        #[cfg(not(feature = "tpu"))]
+        Device::Tpu.register_probe(|| Some("this build of rlx-runtime has no `tpu` feature"));
         #[cfg(not(feature = "cpu"))]
         Device::Cpu.register_probe(|| Some("this build of rlx-runtime has no `cpu` feature"));
     });
@@ -75,6 +80,8 @@ impl Session {
             Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
             #[cfg(feature = "wgpu")]
             Device::Wgpu if Device::Wgpu.is_available() => Ok(Arc::new(rlx_wgpu::WgpuBackend::new())),
+            #[cfg(feature = "tpu")]
+            Device::Tpu if Device::Tpu.is_available() => Ok(Arc::new(rlx_pjrt::PjrtBackend::new())),
             d => Err(Error::DeviceUnavailable {
                 device: d.to_string(),
                 reason: d.unavailable_reason().unwrap_or("unknown").into(),

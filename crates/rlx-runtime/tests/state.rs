@@ -8,12 +8,15 @@ fn f32s(d: &[usize]) -> Shape {
     Shape::new(d, DType::F32)
 }
 
-/// The CPU, and wgpu where this build has it and an adapter exists.
+/// The CPU, and wgpu / tpu where this build has them and they work here (an adapter, a PJRT
+/// plugin).
 fn devices() -> Vec<Device> {
     rlx_runtime::register_backends();
     let mut d = vec![Device::Cpu];
-    if Device::Wgpu.is_available() {
-        d.push(Device::Wgpu);
+    for other in [Device::Wgpu, Device::Tpu] {
+        if other.is_available() {
+            d.push(other);
+        }
     }
     d
 }
