@@ -2,7 +2,7 @@
 //! medians), printed as Markdown tables with ratios.
 //!
 //! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] |
-//! profile [BATCH SEQ RUNS] | train [STEPS]`;
+//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..]` (MiniLM on XLA through rlx-pjrt vs JAX jit);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -10,6 +10,7 @@ mod matmul;
 mod minilm;
 mod ops;
 mod peers;
+mod pjrt;
 mod probe;
 mod qwen3;
 mod stats;
@@ -77,6 +78,12 @@ fn main() {
             let seqs = if nums.is_empty() { vec![128] } else { nums.clone() };
             seqs.iter().try_for_each(|&s| qwen3::compare(s, rounds, &mut py, cmd == "qwen3_bf16"))
         }
+        Some("pjrt") => {
+            header();
+            let mut py = python(true);
+            let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
+            batches.iter().try_for_each(|&b| pjrt::compare(b, 128, rounds, &mut py))
+        }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
             header();
@@ -88,7 +95,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..]".into())
         }
     };
     if let Err(e) = r {

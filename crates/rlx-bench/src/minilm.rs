@@ -97,7 +97,7 @@ pub fn min_cosine(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn embeddings(v: &serde_json::Value) -> Vec<Vec<f32>> {
+pub fn embeddings(v: &serde_json::Value) -> Vec<Vec<f32>> {
     v.get("embeddings").and_then(|e| e.as_array()).map_or(vec![], |rows| {
         rows.iter()
             .map(|r| r.as_array().map_or(vec![], |r| r.iter().filter_map(|x| x.as_f64()).map(|x| x as f32).collect()))

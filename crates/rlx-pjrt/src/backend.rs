@@ -4,9 +4,28 @@
 use crate::error::PjrtError;
 use crate::lower::{self, Ctx, EMITTERS, V};
 use crate::plugin::{Buffer, Client, LoadedExecutable, default_client};
-use rlx_driver::{Backend, Capabilities, Executable, Execution, ParamUpdate};
+use rlx_driver::{Backend, Capabilities, Executable, Execution, ParamBuffer, ParamShare, ParamUpdate};
 use rlx_ir::{DType, Error, Graph, Node, Result, Shape};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Instant;
+
+/// Per-run timings of every PJRT executable in the process (the last `KEEP` runs), for
+/// `profile_report`: what a run spends copying in, in the plugin's execute, and copying out.
+static TIMINGS: Mutex<Vec<[f64; 3]>> = Mutex::new(Vec::new());
+const KEEP: usize = 4096;
+
+fn record(t: [f64; 3]) {
+    let mut v = TIMINGS.lock().unwrap_or_else(|e| e.into_inner());
+    if v.len() == KEEP {
+        v.remove(0);
+    }
+    v.push(t);
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+}
 
 /// XLA through a PJRT plugin (`Device::Tpu`).
 pub struct PjrtBackend {
@@ -67,6 +86,25 @@ impl Backend for PjrtBackend {
         Capabilities { execution: Execution::WholeGraph, in_place_state: true, ..Capabilities::default() }
     }
 
+    fn profile_report(&self) -> String {
+        let v = TIMINGS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if v.is_empty() {
+            return String::new();
+        }
+        let col = |i: usize| median(v.iter().map(|t| t[i]).collect());
+        format!(
+            "pjrt: {} runs, median ms: upload {:.3}, execute {:.3}, download {:.3}\n",
+            v.len(),
+            col(0),
+            col(1),
+            col(2)
+        )
+    }
+
+    fn reset_profile(&self) {
+        TIMINGS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
         let Some(entry) = EMITTERS.lookup(node, inputs) else { return false };
         let Some(out) = node.ty.fixed_dims() else { return false };
@@ -113,13 +151,32 @@ impl Backend for PjrtBackend {
             exe,
             inputs: g.inputs().iter().map(|(id, _)| shape(*id)).collect(),
             param_names: g.params().iter().map(|(_, n)| n.to_string()).collect(),
-            param_bufs: params.iter().map(|_| None).collect(),
+            param_bufs: params.iter().map(|_| Arc::new(Mutex::new(None))).collect(),
             params,
             outputs: lowered.outputs,
             checks: lowered.checks.into_iter().map(|c| c.message).collect(),
             updates: updates.to_vec(),
         }))
     }
+}
+
+/// A param's device buffer, shared by every executable bound to it (`bind_param`): a state
+/// update replaces the buffer in the slot, so all of them see the new value.
+type Slot = Arc<Mutex<Option<Buffer>>>;
+
+/// Slots handed out by `share_param`, keyed by the handle's address: a `ParamShare` carries
+/// host bytes, so a PJRT share is an empty handle that names a slot here.
+type Shared = Vec<(Weak<ParamBuffer>, Slot, Shape)>;
+static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
+
+fn shared() -> MutexGuard<'static, Shared> {
+    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    s.retain(|(w, _, _)| w.strong_count() > 0);
+    s
+}
+
+fn lock(slot: &Slot) -> MutexGuard<'_, Option<Buffer>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A compiled graph: the loaded executable and the params' device buffers.
@@ -129,7 +186,7 @@ struct PjrtExecutable {
     inputs: Vec<Shape>,
     params: Vec<Shape>,
     param_names: Vec<String>,
-    param_bufs: Vec<Option<Buffer>>,
+    param_bufs: Vec<Slot>,
     outputs: Vec<Shape>,
     checks: Vec<String>,
     updates: Vec<ParamUpdate>,
@@ -148,25 +205,65 @@ impl PjrtExecutable {
 impl Executable for PjrtExecutable {
     fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
         let s = self.params.get(index).ok_or_else(|| Error::eval("set_param", format!("no param #{index}")))?.clone();
-        self.param_bufs[index] = Some(self.upload(&s, bytes)?);
+        let b = self.upload(&s, bytes)?;
+        *lock(&self.param_bufs[index]) = Some(b);
         Ok(())
     }
 
+    /// The param's device buffer slot, for `bind_param` of another PJRT executable (no copy).
+    fn share_param(&self, index: usize) -> Result<ParamShare> {
+        let slot =
+            self.param_bufs.get(index).ok_or_else(|| Error::eval("share_param", format!("no param #{index}")))?;
+        let handle = Arc::new(ParamBuffer::zeroed(0));
+        shared().push((Arc::downgrade(&handle), slot.clone(), self.params[index].clone()));
+        Ok(ParamShare { buffer: handle, group: None })
+    }
+
+    /// A PJRT share binds the same device buffer; read-only host bytes (a memory-mapped file)
+    /// are uploaded once; writable host bytes are refused (the device would not see writes).
+    fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
+        let want =
+            self.params.get(index).ok_or_else(|| Error::eval("bind_param", format!("no param #{index}")))?.clone();
+        let key = Arc::as_ptr(&share.buffer);
+        let found =
+            shared().iter().find(|(w, _, _)| std::ptr::eq(w.as_ptr(), key)).map(|(_, s, t)| (s.clone(), t.clone()));
+        if let Some((slot, shape)) = found {
+            if shape != want {
+                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared buffer {shape}")));
+            }
+            self.param_bufs[index] = slot;
+            return Ok(());
+        }
+        if share.buffer.is_writable() {
+            let why = format!(
+                "param #{index}: a writable host buffer cannot back a PJRT param (the device would not see \
+                 its writes); share between PJRT executables or use set_param"
+            );
+            return Err(Error::Unsupported { backend: "pjrt".into(), missing: why, report: String::new() });
+        }
+        self.set_param(index, &share.buffer.to_vec())
+    }
+
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        let t0 = Instant::now();
         let mut uploaded = Vec::with_capacity(inputs.len());
         for (s, b) in self.inputs.iter().zip(inputs) {
             uploaded.push(self.upload(s, b)?);
         }
+        let guards: Vec<MutexGuard<'_, Option<Buffer>>> = self.param_bufs.iter().map(lock).collect();
         let mut args: Vec<&Buffer> = uploaded.iter().collect();
-        for (i, p) in self.param_bufs.iter().enumerate() {
+        for (i, p) in guards.iter().enumerate() {
             let p = p.as_ref().ok_or_else(|| Error::ParamNotSet {
                 name: self.param_names[i].clone(),
                 shape: self.params[i].clone(),
             })?;
             args.push(p);
         }
+        let t1 = Instant::now();
         let mut outs: Vec<Option<Buffer>> = self.exe.execute(&args)?.into_iter().map(Some).collect();
         drop(args);
+        drop(guards);
+        let t2 = Instant::now();
         for (k, msg) in self.checks.iter().enumerate() {
             let flag = outs[self.outputs.len() + k].as_ref().map(|b| b.to_vec(1)).transpose()?;
             if flag.is_some_and(|f| f[0] != 0) {
@@ -193,16 +290,21 @@ impl Executable for PjrtExecutable {
         }
         // State stays on the device: the update's output buffer becomes the param.
         for u in &self.updates {
-            self.param_bufs[u.param] = outs[u.output].take();
+            *lock(&self.param_bufs[u.param]) = outs[u.output].take();
         }
+        let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+        record([ms(t0, t1), ms(t1, t2), ms(t2, Instant::now())]);
         Ok(())
     }
 
     fn get_param(&self, index: usize) -> Result<Vec<u8>> {
-        let b = self.param_bufs.get(index).and_then(|b| b.as_ref()).ok_or_else(|| Error::ParamNotSet {
+        let not_set = || Error::ParamNotSet {
             name: self.param_names.get(index).cloned().unwrap_or_default(),
             shape: self.params.get(index).cloned().unwrap_or(Shape::scalar(DType::F32)),
-        })?;
+        };
+        let slot = self.param_bufs.get(index).ok_or_else(not_set)?;
+        let b = lock(slot);
+        let b = b.as_ref().ok_or_else(not_set)?;
         Ok(b.to_vec(self.params[index].size_bytes().unwrap_or(0))?)
     }
 

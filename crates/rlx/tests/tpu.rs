@@ -184,3 +184,31 @@ fn state_updates_stay_on_the_device() -> Result<()> {
     assert_eq!(cg.get_param("c")?.to_f32_vec()?, vec![2.5, 5.0]);
     Ok(())
 }
+
+#[test]
+fn shared_params_see_each_others_updates() -> Result<()> {
+    if !plugin() {
+        return Ok(());
+    }
+    let s = Shape::new(&[3], DType::F32);
+    let mut step = Graph::new("step");
+    let w = step.param("w", s.clone());
+    let x = step.input("x", s.clone());
+    let next = step.add(w, x);
+    step.update_param(w, next);
+    step.set_outputs(vec![next]);
+    let mut read = Graph::new("read");
+    let w2 = read.param("w", s.clone());
+    let y = read.mul(w2, w2);
+    read.set_outputs(vec![y]);
+    let session = Session::new(Device::Tpu);
+    let mut a = session.compile(step)?;
+    let mut b = session.compile(read)?;
+    a.set_param("w", &[1.0, 2.0, 3.0])?;
+    b.share_params_from(&a, &["w"])?;
+    assert_eq!(b.run(&[])?[0], vec![1.0, 4.0, 9.0]);
+    a.run(&[("x", &[1.0, 1.0, 1.0])])?;
+    // The update replaced the device buffer behind the shared slot: `read` sees it.
+    assert_eq!(b.run(&[])?[0], vec![4.0, 9.0, 16.0]);
+    Ok(())
+}
