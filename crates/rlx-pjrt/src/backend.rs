@@ -136,7 +136,14 @@ impl Backend for PjrtBackend {
                 .and_then(|_| std::fs::write(&path, &lowered.text))
                 .map_err(|e| Error::eval("RLX_DUMP", format!("cannot write {}: {e}", path.display())))?;
         }
-        let exe = client.compile(g.name(), &lowered.text)?;
+        let exe = match crate::cache::load(&client, &lowered.text) {
+            Some(exe) => exe,
+            None => {
+                let exe = client.compile(g.name(), &lowered.text)?;
+                crate::cache::store(&client, &lowered.text, &exe);
+                exe
+            }
+        };
         let n_out = lowered.outputs.len() + lowered.checks.len();
         if exe.num_outputs != n_out {
             return Err(Error::eval(

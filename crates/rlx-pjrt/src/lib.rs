@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod cache;
 pub mod error;
 mod ffi;
 pub mod lower;
