@@ -227,7 +227,7 @@ fn the_disk_cache_serves_a_second_compile() -> Result<()> {
     let y = g.exp(x);
     let y = g.mul(y, x);
     g.set_outputs(vec![y]);
-    let (hits0, stores0) = rlx_pjrt::cache::counters();
+    let (_, stores0) = rlx_pjrt::cache::counters();
     let first = Session::new(Device::Tpu).compile(g.clone())?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
     let (hits1, stores1) = rlx_pjrt::cache::counters();
     let second = Session::new(Device::Tpu).compile(g)?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
