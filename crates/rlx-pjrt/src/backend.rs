@@ -129,7 +129,8 @@ impl Backend for PjrtBackend {
 
     fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
         let client = self.client()?.clone();
-        let lowered = lower::lower(g)?;
+        let aliases: Vec<(usize, usize)> = updates.iter().map(|u| (u.param, u.output)).collect();
+        let lowered = lower::lower_aliased(g, &aliases)?;
         if let Some(dir) = std::env::var_os("RLX_DUMP").filter(|d| !d.is_empty()) {
             let path = std::path::Path::new(&dir).join(format!("{}.stablehlo.mlir", g.name()));
             std::fs::create_dir_all(&dir)

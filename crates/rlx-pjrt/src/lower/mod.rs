@@ -163,6 +163,13 @@ pub fn scalar_literal(v: f64, dt: DType) -> String {
 
 /// Lowers a legalized graph whose every node has an emitter.
 pub fn lower(g: &Graph) -> Result<Lowered> {
+    lower_aliased(g, &[])
+}
+
+/// As `lower`, with param `p`'s buffer donated to output `o` for each `(p, o)` in `aliases`
+/// (`tf.aliasing_output` on the argument): XLA then writes the state update into the param's
+/// own device memory instead of a new buffer (a KV cache row costs a row, not a cache copy).
+pub fn lower_aliased(g: &Graph, aliases: &[(usize, usize)]) -> Result<Lowered> {
     let mut ctx = Ctx::default();
     let mut vals: Vec<Option<V>> = vec![None; g.len()];
     let mut args: Vec<V> = vec![];
@@ -216,7 +223,18 @@ pub fn lower(g: &Graph) -> Result<Lowered> {
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
         module_name(g.name())
     );
-    let params: Vec<String> = args.iter().map(|a| format!("{}: {}", a.name, a.ty())).collect();
+    let n_inputs = g.inputs().len();
+    let params: Vec<String> = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let alias = i.checked_sub(n_inputs).and_then(|p| aliases.iter().find(|(q, _)| *q == p));
+            match alias {
+                Some((_, o)) => format!("{}: {} {{tf.aliasing_output = {o} : i32}}", a.name, a.ty()),
+                None => format!("{}: {}", a.name, a.ty()),
+            }
+        })
+        .collect();
     let res_tys: Vec<String> = results.iter().map(V::ty).collect();
     let _ = writeln!(text, "  func.func public @main({}) -> ({}) {{", params.join(", "), res_tys.join(", "));
     for l in &ctx.lines {
