@@ -6,7 +6,8 @@
 //!
 //! Devices: `Cpu` with the `cpu` cargo feature (on by default); `Wgpu` with the `wgpu` feature
 //! (off by default: wgpu takes minutes to build), on the best GPU adapter wgpu finds; `Tpu` with
-//! the `tpu` feature, on XLA through a PJRT plugin loaded at run time. A backend
+//! the `tpu` feature, on XLA through a PJRT plugin loaded at run time; `Mlx` with the `mlx` feature
+//! (libmlx through a shim built against it). A backend
 //! from another crate plugs in through `Session::with_backend`.
 #![warn(missing_docs)]
 
@@ -42,6 +43,10 @@ pub fn register_backends() {
         Device::Tpu.register_probe(rlx_pjrt::probe);
         #[cfg(not(feature = "tpu"))]
         Device::Tpu.register_probe(|| Some("this build of rlx-runtime has no `tpu` feature"));
+        #[cfg(feature = "mlx")]
+        Device::Mlx.register_probe(rlx_mlx::probe);
+        #[cfg(not(feature = "mlx"))]
+        Device::Mlx.register_probe(|| Some("this build of rlx-runtime has no `mlx` feature"));
         #[cfg(not(feature = "cpu"))]
         Device::Cpu.register_probe(|| Some("this build of rlx-runtime has no `cpu` feature"));
     });
@@ -80,6 +85,8 @@ impl Session {
             Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
             #[cfg(feature = "wgpu")]
             Device::Wgpu if Device::Wgpu.is_available() => Ok(Arc::new(rlx_wgpu::WgpuBackend::new())),
+            #[cfg(feature = "mlx")]
+            Device::Mlx if Device::Mlx.is_available() => Ok(Arc::new(rlx_mlx::MlxBackend::new())),
             #[cfg(feature = "tpu")]
             Device::Tpu if Device::Tpu.is_available() => Ok(Arc::new(rlx_pjrt::PjrtBackend::new())),
             d => Err(Error::DeviceUnavailable {

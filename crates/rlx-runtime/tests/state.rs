@@ -8,12 +8,12 @@ fn f32s(d: &[usize]) -> Shape {
     Shape::new(d, DType::F32)
 }
 
-/// The CPU, and wgpu / tpu where this build has them and they work here (an adapter, a PJRT
-/// plugin).
+/// The CPU, and wgpu / tpu / mlx where this build has them and they work here (an adapter, a
+/// PJRT plugin, libmlx).
 fn devices() -> Vec<Device> {
     rlx_runtime::register_backends();
     let mut d = vec![Device::Cpu];
-    for other in [Device::Wgpu, Device::Tpu] {
+    for other in [Device::Wgpu, Device::Tpu, Device::Mlx] {
         if other.is_available() {
             d.push(other);
         }
