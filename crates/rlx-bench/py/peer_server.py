@@ -8,6 +8,8 @@
 #                                 libiomp5.so, ':'-separated; see `mkl()`)
 #   jax_matmul_bf16 N REPS F32 -> JAX jit bf16 n x n matmul, result bf16 (F32 = 0) or f32 (1)
 #   jax_minilm DIR B S REPS    -> JAX jit MiniLM forward (mean pooled, normalized), seconds + embeddings
+#   mlx_minilm DIR B S REPS    -> the same MiniLM in MLX's Python API (mx.compile, CPU device), seconds
+#                                 + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
 #   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
 #                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
@@ -85,6 +87,50 @@ def jax_minilm(dirname, b, s, reps):
     jf, P, ids, mask, first = cache[key]
     ts = timed(lambda: jf(P, ids, mask).block_until_ready(), reps)
     return {'seconds': ts, 'first_call': first, 'embeddings': np.asarray(jf(P, ids, mask)).tolist()}
+
+
+def mlx_minilm(dirname, b, s, reps):
+    import mlx.core as mx
+    from safetensors.numpy import load_file
+    key = ('mlx', dirname, b, s)
+    if key not in cache:
+        mx.set_default_device(mx.cpu)
+        cfg = json.load(open(dirname + '/config.json'))
+        H, NH, NL, EPS = cfg['hidden_size'], cfg['num_attention_heads'], cfg['num_hidden_layers'], cfg['layer_norm_eps']
+        hd = H // NH
+        P = {k: mx.array(v) for k, v in load_file(dirname + '/model.safetensors').items() if v.dtype == np.float32}
+        pre0 = 'bert.' if any(k.startswith('bert.') for k in P) else ''
+
+        def fwd(ids, mask):
+            B, L = ids.shape
+            w = lambda n: P[pre0 + n]
+            lin = lambda x, p: x @ w(p + '.weight').T + w(p + '.bias')
+            heads = lambda t: t.reshape(B, L, NH, hd).transpose(0, 2, 1, 3)
+            ln = lambda x, p: mx.fast.layer_norm(x, w(p + '.weight'), w(p + '.bias'), EPS)
+            x = w('embeddings.word_embeddings.weight')[ids] + w('embeddings.position_embeddings.weight')[:L][None] \
+                + w('embeddings.token_type_embeddings.weight')[0]
+            x = ln(x, 'embeddings.LayerNorm')
+            ext = ((1.0 - mask[:, None, None, :].astype(mx.float32)) * -1e9)
+            for i in range(NL):
+                pre = f'encoder.layer.{i}.'
+                q, k, v = (heads(lin(x, pre + 'attention.self.' + n)) for n in ('query', 'key', 'value'))
+                c = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(hd), mask=ext)
+                c = c.transpose(0, 2, 1, 3).reshape(B, L, H)
+                x = ln(x + lin(c, pre + 'attention.output.dense'), pre + 'attention.output.LayerNorm')
+                h = lin(x, pre + 'intermediate.dense'); h = 0.5 * h * (1 + mx.erf(h / math.sqrt(2)))
+                x = ln(x + lin(h, pre + 'output.dense'), pre + 'output.LayerNorm')
+            m = mask[:, :, None].astype(mx.float32)
+            e = (x * m).sum(1) / mx.maximum(m.sum(1), 1e-9)
+            return e / mx.maximum(mx.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+
+        ids = mx.array(ids_for(dirname, b, s))
+        mask = mx.ones(ids.shape, mx.int32)
+        f = mx.compile(fwd)
+        t = time.perf_counter(); mx.eval(f(ids, mask)); first = time.perf_counter() - t
+        cache[key] = (f, ids, mask, first)
+    f, ids, mask, first = cache[key]
+    ts = timed(lambda: mx.eval(f(ids, mask)), reps)
+    return {'seconds': ts, 'first_call': first, 'embeddings': np.array(f(ids, mask)).tolist()}
 
 
 def jax_qwen3(path, s, reps, dt='f32'):
@@ -209,7 +255,7 @@ def main():
         try:
             if cmd[0] == 'probe':
                 have = {}
-                for mod in ('numpy', 'jax', 'onnxruntime', 'tokenizers', 'safetensors'):
+                for mod in ('numpy', 'jax', 'onnxruntime', 'tokenizers', 'safetensors', 'mlx'):
                     try:
                         m = __import__(mod); have[mod] = getattr(m, '__version__', '?')
                     except Exception as e:
@@ -256,6 +302,8 @@ def main():
                 out = {'seconds': timed(lambda: f(a, b).block_until_ready(), reps)}
             elif cmd[0] == 'jax_minilm':
                 out = jax_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))
+            elif cmd[0] == 'mlx_minilm':
+                out = mlx_minilm(cmd[1], int(cmd[2]), int(cmd[3]), int(cmd[4]))
             elif cmd[0] == 'jax_qwen3':
                 out = jax_qwen3(cmd[1], int(cmd[2]), int(cmd[3]), cmd[4] if len(cmd) > 4 else 'f32')
             elif cmd[0] == 'ort_minilm':

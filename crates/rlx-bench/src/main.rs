@@ -2,7 +2,7 @@
 //! medians), printed as Markdown tables with ratios.
 //!
 //! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] |
-//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..]` (MiniLM on XLA through rlx-pjrt vs JAX jit);
+//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -82,7 +82,13 @@ fn main() {
             header();
             let mut py = python(true);
             let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
-            batches.iter().try_for_each(|&b| pjrt::compare(b, 128, rounds, &mut py))
+            batches.iter().try_for_each(|&b| pjrt::compare(rlx_driver::Device::Tpu, b, 128, rounds, &mut py))
+        }
+        Some("mlx") => {
+            header();
+            let mut py = python(true);
+            let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
+            batches.iter().try_for_each(|&b| pjrt::compare(rlx_driver::Device::Mlx, b, 128, rounds, &mut py))
         }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
@@ -95,7 +101,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..]".into())
         }
     };
     if let Err(e) = r {
