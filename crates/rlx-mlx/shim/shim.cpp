@@ -11,13 +11,23 @@
 #include <unordered_map>
 #include <vector>
 
+#include "mlx/compile_impl.h"
 #include "mlx/mlx.h"
 
 namespace mx = mlx::core;
 
 extern "C" {
 typedef struct rlx_mlx_array rlx_mlx_array;
+// Builds a function's outputs from its inputs (handles owned by the caller of the callback, outputs
+// handed over); returns 0, or nonzero after failing (the Rust side keeps the message).
+typedef int (*rlx_mlx_fn)(void* user, rlx_mlx_array* const* ins, size_t n_in, rlx_mlx_array** outs, size_t n_out);
 }
+
+struct rlx_mlx_compiled {
+  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> fun;
+  std::uintptr_t id;
+  size_t n_out;
+};
 
 namespace {
 
@@ -248,5 +258,53 @@ char* rlx_mlx_to_bytes(rlx_mlx_array* a, void* dst, size_t len) {
 }
 
 void rlx_mlx_free(rlx_mlx_array* a) { delete get(a); }
+
+// mx::compile of a function the Rust side replays (traced once per input shapes, then run as
+// one fused program). `user` must outlive the compiled function and names it in MLX's cache.
+char* rlx_mlx_compile(rlx_mlx_fn fn, void* user, size_t n_out, rlx_mlx_compiled** out) {
+  try {
+    auto body = [fn, user, n_out](const std::vector<mx::array>& ins) {
+      std::vector<rlx_mlx_array*> hs;
+      for (auto& a : ins) hs.push_back(put(a));
+      std::vector<rlx_mlx_array*> os(n_out, nullptr);
+      int rc = fn(user, hs.data(), hs.size(), os.data(), n_out);
+      for (auto h : hs) delete get(h);
+      std::vector<mx::array> res;
+      for (auto o : os) {
+        if (o) {
+          if (rc == 0) res.push_back(*get(o));
+          delete get(o);
+        }
+      }
+      if (rc != 0 || res.size() != n_out) throw std::runtime_error("the RLX program failed while MLX traced it");
+      return res;
+    };
+    auto id = reinterpret_cast<std::uintptr_t>(user);
+    *out = new rlx_mlx_compiled{mx::detail::compile(body, id), id, n_out};
+    return nullptr;
+  } catch (const std::exception& e) {
+    return error(e.what());
+  }
+}
+
+char* rlx_mlx_call(rlx_mlx_compiled* c, rlx_mlx_array* const* ins, size_t n_in, rlx_mlx_array** outs) {
+  try {
+    std::vector<mx::array> v;
+    for (size_t i = 0; i < n_in; i++) v.push_back(*get(ins[i]));
+    auto res = c->fun(v);
+    for (size_t i = 0; i < c->n_out; i++) outs[i] = put(res.at(i));
+    return nullptr;
+  } catch (const std::exception& e) {
+    return error(e.what());
+  }
+}
+
+void rlx_mlx_free_compiled(rlx_mlx_compiled* c) {
+  try {
+    mx::detail::compile_erase(mx::detail::compile_cache(), c->id);
+  } catch (...) {
+  }
+  delete c;
+}
 
 }  // extern "C"

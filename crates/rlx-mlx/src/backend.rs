@@ -2,19 +2,23 @@
 
 use crate::emit::EMITTERS;
 use crate::program::{Prog, V};
-use crate::shim::{Array, shim};
+use crate::shim::{Array, Compiled, RawArray, shim};
 use rlx_driver::{Backend, Capabilities, Executable, Execution, ParamBuffer, ParamShare, ParamUpdate};
 use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// When a run evaluates: once at the end (`Lazy`, the default) or after every op (`Eager`, so a
-/// failure names its node). `RLX_MLX_MODE=lazy|eager` picks it.
+/// When a run evaluates: once at the end (`Lazy`, the default), after every op (`Eager`, so a
+/// failure names its node), or as one `mx::compile`d function (`Compiled`).
+/// `RLX_MLX_MODE=lazy|eager|compiled` picks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Build the whole graph, evaluate once.
     Lazy,
     /// Evaluate after each op.
     Eager,
+    /// `mx::compile` of the whole program (traced once, then run as one fused function).
+    Compiled,
 }
 
 impl Mode {
@@ -23,7 +27,10 @@ impl Mode {
         match std::env::var("RLX_MLX_MODE").as_deref() {
             Err(_) | Ok("") | Ok("lazy") => Ok(Mode::Lazy),
             Ok("eager") => Ok(Mode::Eager),
-            Ok(other) => Err(Error::eval("RLX_MLX_MODE", format!("unknown mode `{other}`; use lazy or eager"))),
+            Ok("compiled") => Ok(Mode::Compiled),
+            Ok(other) => {
+                Err(Error::eval("RLX_MLX_MODE", format!("unknown mode `{other}`; use lazy, eager or compiled")))
+            }
         }
     }
 }
@@ -131,18 +138,32 @@ impl Backend for MlxBackend {
             })
             .collect::<Result<Vec<Array>>>()?;
         let params: Vec<Shape> = g.params().iter().map(|(id, _)| shape(*id)).collect();
-        Ok(Box::new(MlxExecutable {
+        let wanted: Vec<usize> = outputs.iter().copied().chain(prog.checks.iter().map(|(c, _)| *c)).collect();
+        let trace = Box::new(Trace {
             prog,
             consts,
+            wanted,
+            node_names: g.nodes().iter().map(|n| n.op.def().name()).collect(),
+            failure: Mutex::new(None),
+        });
+        let compiled = if mode == Mode::Compiled {
+            let user = &*trace as *const Trace as *mut c_void;
+            // SAFETY: `trace_program` reads `user` as the boxed `Trace`, which the executable
+            // keeps alive (and unmoved) for as long as the compiled function (dropped first).
+            Some(unsafe { shim.compile(trace_program, user, trace.wanted.len()) }?)
+        } else {
+            None
+        };
+        Ok(Box::new(MlxExecutable {
+            compiled,
+            trace,
             mode,
             inputs: g.inputs().iter().map(|(id, _)| shape(*id)).collect(),
             param_names: g.params().iter().map(|(_, n)| n.to_string()).collect(),
             slots: params.iter().map(|_| Arc::new(Mutex::new(None))).collect(),
             params,
-            outputs,
             out_shapes: g.outputs().iter().map(|o| shape(*o)).collect(),
             updates: updates.to_vec(),
-            node_names: g.nodes().iter().map(|n| n.op.def().name()).collect(),
         }))
     }
 }
@@ -163,18 +184,90 @@ fn lock(slot: &Slot) -> MutexGuard<'_, Option<Array>> {
     slot.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct MlxExecutable {
+/// What a run replays: the program, its constants, and the values it returns (outputs, then
+/// check flags). Boxed so a compiled function can point at it.
+struct Trace {
     prog: Prog,
     consts: Vec<Array>,
+    wanted: Vec<usize>,
+    node_names: Vec<&'static str>,
+    /// The error of a failed trace (MLX only learns that the callback failed).
+    failure: Mutex<Option<Error>>,
+}
+
+impl Trace {
+    /// An error of a step, naming its node.
+    fn name(&self, node: usize, e: Error) -> Error {
+        Error::eval(self.node_names.get(node).copied().unwrap_or("?"), format!("node %{node} on MLX: {e}"))
+    }
+
+    /// Replays the steps over the fed arrays (inputs, then params); returns every value.
+    fn replay(&self, fed: Vec<Array>, eager: bool) -> Result<Vec<Array>> {
+        let shim = shim().map_err(|e| Error::eval("mlx", e))?;
+        let mut vals = fed;
+        let mut k = 0;
+        for step in &self.prog.steps {
+            let out = if step.op == "@const" {
+                let c = &self.consts[k];
+                k += 1;
+                shim.op("identity", &[c], &[], &[], step.dt)?
+            } else {
+                let ins: Vec<&Array> = step.ins.iter().map(|&i| &vals[i]).collect();
+                shim.op(step.op, &ins, &step.ints, &step.floats, step.dt).map_err(|e| self.name(step.node, e))?
+            };
+            if eager {
+                shim.eval(&[&out]).map_err(|e| self.name(step.node, e))?;
+            }
+            vals.push(out);
+        }
+        Ok(vals)
+    }
+}
+
+/// MLX's trace callback of a compiled program: `user` is the executable's `Trace`.
+unsafe extern "C" fn trace_program(
+    user: *mut c_void,
+    ins: *const *mut RawArray,
+    n_in: usize,
+    outs: *mut *mut RawArray,
+    n_out: usize,
+) -> i32 {
+    // SAFETY: `user` is the boxed Trace the executable keeps alive (see `compile_stateful`).
+    let t = unsafe { &*(user as *const Trace) };
+    let run = || -> Result<()> {
+        let shim = shim().map_err(|e| Error::eval("mlx", e))?;
+        // SAFETY: `ins` holds `n_in` live handles lent for this call.
+        let fed = (0..n_in).map(|i| unsafe { Array::from_borrowed(shim, *ins.add(i)) }).collect::<Result<Vec<_>>>()?;
+        let vals = t.replay(fed, false)?;
+        for (k, &w) in t.wanted.iter().enumerate().take(n_out) {
+            let h = shim.op("identity", &[&vals[w]], &[], &[], DType::F32)?.into_raw();
+            // SAFETY: `outs` has room for `n_out` handles, which the shim takes over.
+            unsafe { *outs.add(k) = h };
+        }
+        Ok(())
+    };
+    // No panic may unwind into C++.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            *t.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            1
+        }
+        Err(_) => 1,
+    }
+}
+
+struct MlxExecutable {
+    /// Dropped before `trace`, which it points at.
+    compiled: Option<Compiled>,
+    trace: Box<Trace>,
     mode: Mode,
     inputs: Vec<Shape>,
     params: Vec<Shape>,
     param_names: Vec<String>,
     slots: Vec<Slot>,
-    outputs: Vec<usize>,
     out_shapes: Vec<Shape>,
     updates: Vec<ParamUpdate>,
-    node_names: Vec<&'static str>,
 }
 
 fn dims(s: &Shape) -> Vec<usize> {
@@ -237,10 +330,9 @@ impl Executable for MlxExecutable {
 
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         let shim = shim().map_err(|e| Error::eval("mlx", e))?;
-        let fed = self.prog.fed;
-        let mut vals: Vec<Option<Array>> = Vec::with_capacity(fed + self.prog.steps.len());
+        let mut fed: Vec<Array> = Vec::with_capacity(self.trace.prog.fed);
         for (s, b) in self.inputs.iter().zip(inputs) {
-            vals.push(Some(shim.upload(s.dtype, &dims(s), b)?));
+            fed.push(shim.upload(s.dtype, &dims(s), b)?);
         }
         for (i, slot) in self.slots.iter().enumerate() {
             let g = lock(slot);
@@ -248,37 +340,46 @@ impl Executable for MlxExecutable {
                 name: self.param_names[i].clone(),
                 shape: self.params[i].clone(),
             })?;
-            vals.push(Some(shim.op("identity", &[a], &[], &[], DType::F32)?));
+            fed.push(shim.op("identity", &[a], &[], &[], DType::F32)?);
         }
-        let mut k = 0;
-        for step in &self.prog.steps {
-            let out = if step.op == "@const" {
-                let c = &self.consts[k];
-                k += 1;
-                shim.op("identity", &[c], &[], &[], step.dt)?
-            } else {
-                let ins: Vec<&Array> =
-                    step.ins.iter().map(|&i| vals[i].as_ref().expect("computed before use")).collect();
-                shim.op(step.op, &ins, &step.ints, &step.floats, step.dt).map_err(|e| self.name(step.node, e))?
-            };
-            if self.mode == Mode::Eager {
-                shim.eval(&[&out]).map_err(|e| self.name(step.node, e))?;
+        // The returned values: outputs, then check flags.
+        let got: Vec<Array> = match &self.compiled {
+            Some(c) => {
+                let refs: Vec<&Array> = fed.iter().collect();
+                c.call(&refs)
+                    .map_err(|e| self.trace.failure.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or(e))?
             }
-            vals.push(Some(out));
-        }
-        let get = |i: usize| vals[i].as_ref().expect("computed");
-        let mut all: Vec<&Array> = self.outputs.iter().map(|&o| get(o)).collect();
-        all.extend(self.prog.checks.iter().map(|(c, _)| get(*c)));
-        shim.eval(&all)?;
-        for (c, msg) in &self.prog.checks {
+            None => {
+                let mut vals = self.trace.replay(fed, self.mode == Mode::Eager)?;
+                let mut taken: Vec<Option<Array>> = vals.drain(..).map(Some).collect();
+                let mut out = vec![];
+                for &w in &self.trace.wanted {
+                    out.push(match taken[w].take() {
+                        Some(a) => a,
+                        None => shim.op(
+                            "identity",
+                            &[&out[self.trace.wanted.iter().position(|&x| x == w).unwrap_or(0)]],
+                            &[],
+                            &[],
+                            DType::F32,
+                        )?,
+                    });
+                }
+                out
+            }
+        };
+        let refs: Vec<&Array> = got.iter().collect();
+        shim.eval(&refs)?;
+        let n_out = self.out_shapes.len();
+        for (k, (_, msg)) in self.trace.prog.checks.iter().enumerate() {
             let mut flag = [0u8];
-            get(*c).download(&mut flag)?;
+            got[n_out + k].download(&mut flag)?;
             if flag[0] != 0 {
                 return Err(Error::eval("mlx run", msg.clone()));
             }
         }
         let mut next = 0;
-        for (o, (&v, s)) in self.outputs.iter().zip(&self.out_shapes).enumerate() {
+        for (o, s) in self.out_shapes.iter().enumerate() {
             if self.updates.iter().any(|u| u.output == o) {
                 continue;
             }
@@ -287,20 +388,13 @@ impl Executable for MlxExecutable {
             if dst.len() != want {
                 return Err(Error::eval("mlx run", format!("output {o} ({s}) needs {want} bytes, got {}", dst.len())));
             }
-            get(v).download(dst)?;
+            got[o].download(dst)?;
             next += 1;
         }
         for u in &self.updates {
-            let a = shim.op("identity", &[get(self.outputs[u.output])], &[], &[], DType::F32)?;
+            let a = shim.op("identity", &[&got[u.output]], &[], &[], DType::F32)?;
             *lock(&self.slots[u.param]) = Some(a);
         }
         Ok(())
-    }
-}
-
-impl MlxExecutable {
-    /// An error of a step, naming its node.
-    fn name(&self, node: usize, e: Error) -> Error {
-        Error::eval(self.node_names.get(node).copied().unwrap_or("?"), format!("node %{node} on MLX: {e}"))
     }
 }

@@ -11,6 +11,15 @@ pub struct RawArray {
 
 type Err = *mut c_char;
 
+/// An opaque compiled function of the shim.
+#[repr(C)]
+pub struct RawCompiled {
+    _opaque: [u8; 0],
+}
+
+/// The callback MLX calls while tracing a compiled function: inputs in, outputs handed over.
+pub type TraceFn = unsafe extern "C" fn(*mut c_void, *const *mut RawArray, usize, *mut *mut RawArray, usize) -> i32;
+
 /// The shim's functions.
 pub struct Shim {
     free_error: unsafe extern "C" fn(Err),
@@ -31,6 +40,9 @@ pub struct Shim {
     eval: unsafe extern "C" fn(*const *mut RawArray, usize) -> Err,
     to_bytes: unsafe extern "C" fn(*mut RawArray, *mut c_void, usize) -> Err,
     free: unsafe extern "C" fn(*mut RawArray),
+    compile: unsafe extern "C" fn(TraceFn, *mut c_void, usize, *mut *mut RawCompiled) -> Err,
+    call: unsafe extern "C" fn(*mut RawCompiled, *const *mut RawArray, usize, *mut *mut RawArray) -> Err,
+    free_compiled: unsafe extern "C" fn(*mut RawCompiled),
     _lib: libloading::Library,
 }
 
@@ -64,6 +76,9 @@ fn load() -> std::result::Result<Shim, String> {
             eval: sym!(b"rlx_mlx_eval\0"),
             to_bytes: sym!(b"rlx_mlx_to_bytes\0"),
             free: sym!(b"rlx_mlx_free\0"),
+            compile: sym!(b"rlx_mlx_compile\0"),
+            call: sym!(b"rlx_mlx_call\0"),
+            free_compiled: sym!(b"rlx_mlx_free_compiled\0"),
             _lib: lib,
         }
     };
@@ -128,6 +143,49 @@ impl Shim {
     }
 }
 
+impl Shim {
+    /// `mx::compile` of `f` with `n_out` outputs; `user` must stay valid while the result lives.
+    ///
+    /// # Safety
+    /// `f` must read `user` as the type its caller stored there and write `n_out` owned handles.
+    pub unsafe fn compile(&'static self, f: TraceFn, user: *mut c_void, n_out: usize) -> Result<Compiled> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: per this function's contract.
+        self.check("compile", unsafe { (self.compile)(f, user, n_out, &mut out) })?;
+        Ok(Compiled { raw: out, n_out, shim: self })
+    }
+}
+
+/// A compiled MLX function (freed, and erased from MLX's cache, on drop).
+pub struct Compiled {
+    raw: *mut RawCompiled,
+    n_out: usize,
+    shim: &'static Shim,
+}
+
+// SAFETY: the handle is only used through `&mut` of the executable that owns it.
+unsafe impl Send for Compiled {}
+
+impl Compiled {
+    /// Calls it (lazily: the outputs still need `eval`).
+    pub fn call(&self, ins: &[&Array]) -> Result<Vec<Array>> {
+        let raws: Vec<*mut RawArray> = ins.iter().map(|a| a.raw).collect();
+        let mut outs = vec![std::ptr::null_mut(); self.n_out];
+        // SAFETY: live arrays; `outs` has room for `n_out` handles, which we then own.
+        self.shim.check("compiled call", unsafe {
+            (self.shim.call)(self.raw, raws.as_ptr(), raws.len(), outs.as_mut_ptr())
+        })?;
+        Ok(outs.into_iter().map(|raw| Array { raw, shim: self.shim }).collect())
+    }
+}
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        // SAFETY: created by the shim, freed once.
+        unsafe { (self.shim.free_compiled)(self.raw) }
+    }
+}
+
 /// An owned MLX array (freed on drop).
 pub struct Array {
     raw: *mut RawArray,
@@ -139,6 +197,22 @@ pub struct Array {
 unsafe impl Send for Array {}
 
 impl Array {
+    /// A second handle to an array the shim lent us (not freed by us).
+    ///
+    /// # Safety
+    /// `raw` must be a live handle from the shim.
+    pub unsafe fn from_borrowed(shim: &'static Shim, raw: *mut RawArray) -> Result<Array> {
+        let lent = std::mem::ManuallyDrop::new(Array { raw, shim });
+        shim.op("identity", &[&lent], &[], &[], DType::F32)
+    }
+
+    /// Hands the handle over (the receiver frees it).
+    pub fn into_raw(self) -> *mut RawArray {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
     /// Copies the (evaluated) values out; `dst` must have exactly the array's byte size.
     pub fn download(&self, dst: &mut [u8]) -> Result<()> {
         // SAFETY: a live array and a writable buffer of the given length.
