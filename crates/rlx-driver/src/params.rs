@@ -185,9 +185,59 @@ impl ParamShare {
     }
 }
 
+/// A device-resident param value that executables of one backend share (`share_param` /
+/// `bind_param`): the value lives in the slot, so a state update one of them writes (a new device
+/// buffer swapped in) is what all of them read next.
+pub type DeviceSlot<T> = Arc<Mutex<Option<T>>>;
+
+/// Locks a slot (a panic in another holder does not poison it for good).
+pub fn lock_slot<T>(slot: &DeviceSlot<T>) -> MutexGuard<'_, Option<T>> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+type DeviceShares = Vec<(std::sync::Weak<ParamBuffer>, Arc<dyn std::any::Any + Send + Sync>, rlx_ir::Shape)>;
+static DEVICE_SHARES: Mutex<DeviceShares> = Mutex::new(Vec::new());
+
+fn device_shares() -> MutexGuard<'static, DeviceShares> {
+    let mut s = DEVICE_SHARES.lock().unwrap_or_else(|e| e.into_inner());
+    s.retain(|(w, _, _)| w.strong_count() > 0);
+    s
+}
+
+/// A `ParamShare` naming a device-side value (a `ParamShare` carries host bytes, so a device
+/// share is an empty handle registered here while it lives). `find_device_share` on another
+/// executable of the same backend gets the value back.
+pub fn share_device<T: Clone + Send + Sync + 'static>(value: &T, shape: &rlx_ir::Shape) -> ParamShare {
+    let handle = Arc::new(ParamBuffer::zeroed(0));
+    device_shares().push((Arc::downgrade(&handle), Arc::new(value.clone()), shape.clone()));
+    ParamShare { buffer: handle, group: None }
+}
+
+/// The value and shape `share_device` registered for this share, when it is one of type `T`.
+pub fn find_device_share<T: Clone + 'static>(share: &ParamShare) -> Option<(T, rlx_ir::Shape)> {
+    let key = Arc::as_ptr(&share.buffer);
+    let s = device_shares();
+    let (_, v, shape) = s.iter().find(|(w, _, _)| std::ptr::eq(w.as_ptr(), key))?;
+    Some((v.downcast_ref::<T>()?.clone(), shape.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_shares_round_trip_by_type_while_the_handle_lives() {
+        let slot: DeviceSlot<u32> = Arc::new(Mutex::new(Some(7)));
+        let shape = rlx_ir::Shape::new(&[2], rlx_ir::DType::F32);
+        let share = share_device(&slot, &shape);
+        let (back, s) = find_device_share::<DeviceSlot<u32>>(&share).expect("registered");
+        assert!(Arc::ptr_eq(&back, &slot) && s == shape);
+        assert!(find_device_share::<DeviceSlot<u64>>(&share).is_none(), "another type is not a match");
+        *lock_slot(&back) = Some(9);
+        assert_eq!(*lock_slot(&slot), Some(9));
+        let host = ParamShare { buffer: Arc::new(ParamBuffer::zeroed(4)), group: None };
+        assert!(find_device_share::<DeviceSlot<u32>>(&host).is_none());
+    }
 
     #[test]
     fn owned_buffers_are_aligned_zeroed_and_versioned() {

@@ -3,10 +3,13 @@
 use crate::emit::EMITTERS;
 use crate::program::{Prog, V};
 use crate::shim::{Array, Compiled, RawArray, shim};
-use rlx_driver::{Backend, Capabilities, Executable, Execution, ParamBuffer, ParamShare, ParamUpdate};
+use rlx_driver::{
+    Backend, Capabilities, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, find_device_share, lock_slot,
+    share_device,
+};
 use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// When a run evaluates: once at the end (`Lazy`, the default), after every op (`Eager`, so a
 /// failure names its node), or as one `mx::compile`d function (`Compiled`).
@@ -168,20 +171,10 @@ impl Backend for MlxBackend {
     }
 }
 
-/// A param's array, shared by every executable bound to it: a state update replaces the array
-/// in the slot, so all of them see the new value.
-type Slot = Arc<Mutex<Option<Array>>>;
-type Shared = Vec<(Weak<ParamBuffer>, Slot, Shape)>;
-static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
-
-fn shared() -> MutexGuard<'static, Shared> {
-    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    s.retain(|(w, _, _)| w.strong_count() > 0);
-    s
-}
+type Slot = DeviceSlot<Array>;
 
 fn lock(slot: &Slot) -> MutexGuard<'_, Option<Array>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner())
+    lock_slot(slot)
 }
 
 /// What a run replays: the program, its constants, and the values it returns (outputs, then
@@ -301,27 +294,25 @@ impl Executable for MlxExecutable {
 
     fn share_param(&self, index: usize) -> Result<ParamShare> {
         let slot = self.slots.get(index).ok_or_else(|| Error::eval("share_param", format!("no param #{index}")))?;
-        let handle = Arc::new(ParamBuffer::zeroed(0));
-        shared().push((Arc::downgrade(&handle), slot.clone(), self.params[index].clone()));
-        Ok(ParamShare { buffer: handle, group: None })
+        Ok(share_device(slot, &self.params[index]))
     }
 
+    /// A MLX share binds the same device value; read-only host bytes (a memory-mapped file)
+    /// are uploaded once; writable host bytes are refused (the MLX array would not see their writes).
     fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
         let want =
             self.params.get(index).ok_or_else(|| Error::eval("bind_param", format!("no param #{index}")))?.clone();
-        let key = Arc::as_ptr(&share.buffer);
-        let found =
-            shared().iter().find(|(w, _, _)| std::ptr::eq(w.as_ptr(), key)).map(|(_, s, t)| (s.clone(), t.clone()));
-        if let Some((slot, shape)) = found {
+        if let Some((slot, shape)) = find_device_share::<Slot>(&share) {
             if shape != want {
-                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared array {shape}")));
+                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared value {shape}")));
             }
             self.slots[index] = slot;
             return Ok(());
         }
         if share.buffer.is_writable() {
             let why = format!(
-                "param #{index}: a writable host buffer cannot back an MLX param; share between MLX executables or use set_param"
+                "param #{index}: a writable host buffer cannot back a MLX param (the MLX array would not see its \
+                 writes); share between MLX executables or use set_param"
             );
             return Err(Error::Unsupported { backend: "mlx".into(), missing: why, report: String::new() });
         }

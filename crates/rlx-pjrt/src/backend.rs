@@ -4,9 +4,12 @@
 use crate::error::PjrtError;
 use crate::lower::{self, Ctx, EMITTERS, V};
 use crate::plugin::{Buffer, Client, LoadedExecutable, default_client};
-use rlx_driver::{Backend, Capabilities, Executable, Execution, ParamBuffer, ParamShare, ParamUpdate};
+use rlx_driver::{
+    Backend, Capabilities, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, find_device_share, lock_slot,
+    share_device,
+};
 use rlx_ir::{DType, Error, Graph, Node, Result, Shape};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 /// Per-run timings of every PJRT executable in the process (the last `KEEP` runs), for
@@ -168,23 +171,10 @@ impl Backend for PjrtBackend {
     }
 }
 
-/// A param's device buffer, shared by every executable bound to it (`bind_param`): a state
-/// update replaces the buffer in the slot, so all of them see the new value.
-type Slot = Arc<Mutex<Option<Buffer>>>;
-
-/// Slots handed out by `share_param`, keyed by the handle's address: a `ParamShare` carries
-/// host bytes, so a PJRT share is an empty handle that names a slot here.
-type Shared = Vec<(Weak<ParamBuffer>, Slot, Shape)>;
-static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
-
-fn shared() -> MutexGuard<'static, Shared> {
-    let mut s = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    s.retain(|(w, _, _)| w.strong_count() > 0);
-    s
-}
+type Slot = DeviceSlot<Buffer>;
 
 fn lock(slot: &Slot) -> MutexGuard<'_, Option<Buffer>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner())
+    lock_slot(slot)
 }
 
 /// A compiled graph: the loaded executable and the params' device buffers.
@@ -222,30 +212,25 @@ impl Executable for PjrtExecutable {
     fn share_param(&self, index: usize) -> Result<ParamShare> {
         let slot =
             self.param_bufs.get(index).ok_or_else(|| Error::eval("share_param", format!("no param #{index}")))?;
-        let handle = Arc::new(ParamBuffer::zeroed(0));
-        shared().push((Arc::downgrade(&handle), slot.clone(), self.params[index].clone()));
-        Ok(ParamShare { buffer: handle, group: None })
+        Ok(share_device(slot, &self.params[index]))
     }
 
-    /// A PJRT share binds the same device buffer; read-only host bytes (a memory-mapped file)
-    /// are uploaded once; writable host bytes are refused (the device would not see writes).
+    /// A PJRT share binds the same device value; read-only host bytes (a memory-mapped file)
+    /// are uploaded once; writable host bytes are refused (the device would not see their writes).
     fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
         let want =
             self.params.get(index).ok_or_else(|| Error::eval("bind_param", format!("no param #{index}")))?.clone();
-        let key = Arc::as_ptr(&share.buffer);
-        let found =
-            shared().iter().find(|(w, _, _)| std::ptr::eq(w.as_ptr(), key)).map(|(_, s, t)| (s.clone(), t.clone()));
-        if let Some((slot, shape)) = found {
+        if let Some((slot, shape)) = find_device_share::<Slot>(&share) {
             if shape != want {
-                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared buffer {shape}")));
+                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared value {shape}")));
             }
             self.param_bufs[index] = slot;
             return Ok(());
         }
         if share.buffer.is_writable() {
             let why = format!(
-                "param #{index}: a writable host buffer cannot back a PJRT param (the device would not see \
-                 its writes); share between PJRT executables or use set_param"
+                "param #{index}: a writable host buffer cannot back a PJRT param (the device would not see its \
+                 writes); share between PJRT executables or use set_param"
             );
             return Err(Error::Unsupported { backend: "pjrt".into(), missing: why, report: String::new() });
         }
