@@ -66,6 +66,33 @@ impl DType {
     pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
     /// The integer dtypes.
     pub const INTS: [DType; 6] = [DType::I8, DType::I16, DType::I32, DType::I64, DType::U8, DType::U32];
+    /// Floats and integers (the dtypes arithmetic kernels take).
+    pub const NUMERIC: [DType; 10] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+    ];
+    /// Floats, integers and bool (everything but complex).
+    pub const REAL_AND_BOOL: [DType; 11] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::Bool,
+    ];
 
     /// Bytes per element.
     pub fn size_bytes(self) -> usize {

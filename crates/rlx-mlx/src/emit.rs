@@ -11,32 +11,9 @@ use std::sync::LazyLock;
 /// the attributes or dtypes are outside what MLX runs (the node is decomposed or reported).
 pub type Emit = fn(&mut Prog, &Node, &[V], &[usize]) -> Option<V>;
 
-const NUMBERS: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-];
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-    DType::Bool,
-];
-const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+const NUMBERS: &[DType] = &DType::NUMERIC;
+const ALL: &[DType] = &DType::REAL_AND_BOOL;
+const FLOATS: &[DType] = &DType::FLOATS;
 
 /// Every op rlx-mlx runs directly; the rest is decomposed by `legalize` first.
 pub static EMITTERS: LazyLock<KernelTable<Emit>> = LazyLock::new(|| {

@@ -57,34 +57,11 @@ impl KernelCtx<'_> {
 pub type KernelBuilder = fn(&KernelCtx<'_>) -> Result<Kernel>;
 
 /// Real float dtypes.
-pub const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+pub const FLOATS: &[DType] = &DType::FLOATS;
 /// Floats and integers.
-pub const NUMERIC: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-];
+pub const NUMERIC: &[DType] = &DType::NUMERIC;
 /// Floats, integers and bool.
-pub const REAL_AND_BOOL: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-    DType::Bool,
-];
+pub const REAL_AND_BOOL: &[DType] = &DType::REAL_AND_BOOL;
 /// Every dtype.
 pub const ALL: &[DType] = &DType::ALL;
 

@@ -12,31 +12,8 @@ use std::sync::LazyLock;
 /// reported missing).
 pub type Emit = fn(&mut Ctx, &Node, &[V], &[usize]) -> Option<V>;
 
-const NUMBERS: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-];
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::U32,
-    DType::Bool,
-];
+const NUMBERS: &[DType] = &DType::NUMERIC;
+const ALL: &[DType] = &DType::REAL_AND_BOOL;
 
 /// Every op rlx-pjrt writes directly; the rest is decomposed by `legalize` first.
 pub static EMITTERS: LazyLock<KernelTable<Emit>> = LazyLock::new(|| {
