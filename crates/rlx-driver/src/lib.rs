@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc_count;
+pub mod block_quant;
 mod caps;
 mod device;
 pub mod huge_pages;

@@ -109,6 +109,12 @@ const std::unordered_map<std::string, Op>& ops() {
       {"greater", [](const Args& a) { return mx::greater(a.in[0], a.in[1]); }},
       {"greater_equal", [](const Args& a) { return mx::greater_equal(a.in[0], a.in[1]); }},
       {"logical_or", [](const Args& a) { return mx::logical_or(a.in[0], a.in[1]); }},
+      {"bitwise_and", [](const Args& a) { return mx::bitwise_and(a.in[0], a.in[1]); }},
+      {"bitwise_or", [](const Args& a) { return mx::bitwise_or(a.in[0], a.in[1]); }},
+      {"left_shift", [](const Args& a) { return mx::left_shift(a.in[0], a.in[1]); }},
+      {"right_shift", [](const Args& a) { return mx::right_shift(a.in[0], a.in[1]); }},
+      // Reinterprets the bytes as dt (the last axis scales with the item size).
+      {"view", [](const Args& a) { return mx::view(a.in[0], dtype(a.dt)); }},
       {"where", [](const Args& a) { return mx::where(a.in[0], a.in[1], a.in[2]); }},
       {"astype", [](const Args& a) { return mx::astype(a.in[0], dtype(a.dt)); }},
       {"matmul", [](const Args& a) { return mx::matmul(a.in[0], a.in[1]); }},

@@ -85,7 +85,7 @@ impl Backend for MlxBackend {
                 Some(format!("MLX evaluates f64 {} in f32 precision (unsupported by design)", u.kind.name()))
             }
             Op::MatMul(_) => Some("MLX's matmul takes floating-point operands only (unsupported by design)".into()),
-            Op::Dequantize(_) => Some("rlx-mlx has no dequantize lowering yet".into()),
+            Op::Dequantize(d) => Some(format!("rlx-mlx dequantizes Q8_0, Q4_0, Q4_K, Q5_K and Q6_K, not {}", d.scheme)),
             _ => None,
         }
     }
@@ -134,11 +134,7 @@ impl Backend for MlxBackend {
         let consts = prog
             .consts
             .iter()
-            .zip(prog.steps.iter().filter(|s| s.op == "@const"))
-            .map(|(bytes, step)| {
-                let n = &g.nodes()[step.node];
-                shim.upload(n.ty.dtype, &fixed(&n.ty)?, bytes)
-            })
+            .map(|(bytes, dims, dt)| shim.upload(*dt, dims, bytes))
             .collect::<Result<Vec<Array>>>()?;
         let params: Vec<Shape> = g.params().iter().map(|(id, _)| shape(*id)).collect();
         let wanted: Vec<usize> = outputs.iter().copied().chain(prog.checks.iter().map(|(c, _)| *c)).collect();

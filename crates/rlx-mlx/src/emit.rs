@@ -63,6 +63,7 @@ pub static EMITTERS: LazyLock<KernelTable<Emit>> = LazyLock::new(|| {
         Some(p.op("cumsum", &[&i[0]], &[axis, c.reverse as i64, !c.exclusive as i64], &[], d, n.ty.dtype))
     });
     t.register(OpKind::TopK, NUMBERS, top_k);
+    t.register(OpKind::Dequantize, &[DType::U8, DType::F32], crate::quant::dequantize);
     t
 });
 
@@ -72,9 +73,7 @@ fn ints(v: &[usize]) -> Vec<i64> {
 
 fn constant(p: &mut Prog, n: &Node, _: &[V], d: &[usize]) -> Option<V> {
     let Op::Constant(c) = &n.op else { return None };
-    let k = p.consts.len();
-    p.consts.push(c.value.to_bytes());
-    Some(p.op("@const", &[], &[k as i64], &[], d, n.ty.dtype))
+    Some(p.constant(c.value.to_bytes(), d, n.ty.dtype))
 }
 
 fn arange(p: &mut Prog, n: &Node, _: &[V], d: &[usize]) -> Option<V> {

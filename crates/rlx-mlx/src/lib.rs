@@ -13,6 +13,7 @@
 mod backend;
 mod emit;
 mod program;
+mod quant;
 mod shim;
 
 pub use backend::{MlxBackend, Mode, probe};

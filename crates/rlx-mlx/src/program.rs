@@ -46,8 +46,8 @@ pub struct Prog {
     pub steps: Vec<Step>,
     /// u8 scalars that must be 0 after a run, with the error to raise.
     pub checks: Vec<(usize, String)>,
-    /// Constant tensors' bytes (`@const` steps name them by index).
-    pub consts: Vec<Vec<u8>>,
+    /// Constant tensors: bytes, dims and dtype (`@const` steps name them by index).
+    pub consts: Vec<(Vec<u8>, Vec<usize>, DType)>,
     /// The node being emitted.
     pub node: usize,
 }
@@ -64,6 +64,13 @@ impl Prog {
             node: self.node,
         });
         V { id: self.fed + self.steps.len() - 1, dims: dims.to_vec(), dt }
+    }
+
+    /// A constant tensor of these bytes.
+    pub fn constant(&mut self, bytes: Vec<u8>, dims: &[usize], dt: DType) -> V {
+        let k = self.consts.len() as i64;
+        self.consts.push((bytes, dims.to_vec(), dt));
+        self.op("@const", &[], &[k], &[], dims, dt)
     }
 
     /// A constant of `dims` filled with `v`.

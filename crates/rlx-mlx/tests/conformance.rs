@@ -57,6 +57,5 @@ fn conformance_on_mlx() {
         report.failed.len()
     );
     report.assert_all_pass();
-    // The ones without a lowering are listed above; this bound only moves down.
-    assert!(n_missing <= 18, "{n_missing} samples lack a lowering");
+    assert_eq!(n_missing, 0, "samples without a lowering are listed above");
 }

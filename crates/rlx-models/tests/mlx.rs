@@ -1,7 +1,6 @@
 //! The models on `Device::Mlx` (the libmlx rlx-mlx was built against) against the CPU backend:
-//! the f16 GGUF fixtures' greedy tokens and MiniLM-L6 embeddings. Quantized models need a
-//! dequantize lowering rlx-mlx does not have yet. Without libmlx the tests fail saying why, unless
-//! `RLX_MLX_SKIP=1`.
+//! the GGUF fixtures (f16 greedy tokens; quantized ones against the f64 reference) and MiniLM-L6
+//! embeddings. Without libmlx the tests fail saying why, unless `RLX_MLX_SKIP=1`.
 
 mod device_models;
 
@@ -19,6 +18,13 @@ fn plugin() -> bool {
 fn float_models_give_the_cpus_greedy_tokens() {
     if plugin() {
         device_models::float_models_give_the_cpus_greedy_tokens(Device::Mlx);
+    }
+}
+
+#[test]
+fn quantized_models_follow_the_exact_reference() {
+    if plugin() {
+        device_models::quantized_models_follow_the_exact_reference(Device::Mlx);
     }
 }
 

@@ -4,7 +4,6 @@
 
 mod device_models;
 
-use device_models::*;
 use rlx_driver::Device;
 
 fn plugin() -> bool {
@@ -33,36 +32,9 @@ fn minilm_embeddings_match_the_cpu() {
     }
 }
 
-/// Quantized weights are dequantized on the device and multiplied in f32, where the CPU (as
-/// llama.cpp) rounds activations to int8 per block: logits agree to that rounding, and against
-/// the f64 reference the device is the closer of the two.
 #[test]
 fn quantized_models_follow_the_exact_reference() {
-    if !plugin() {
-        return;
-    }
-    for (model, json) in [
-        ("qwen3-q8_0.gguf", "qwen3-q8_0.json"),
-        ("llama-q8_0.gguf", "llama-q8_0.json"),
-        ("qwen3k-q4_k_m.gguf", "qwen3k-q4_k_m.json"),
-        ("qwen3w-q8_0.gguf", "qwen3w-q8_0.json"),
-    ] {
-        let v = fixture(json);
-        let prompt = ids(&v, "prompt_ids");
-        let logits =
-            |d: Device| load(model, d, prompt.len() + 1).forward_all(std::slice::from_ref(&prompt)).unwrap().remove(0);
-        let (cpu, tpu) = (logits(Device::Cpu), logits(Device::Tpu));
-        let e = rel_err(&tpu, &cpu);
-        eprintln!("{model}: logits on Device::Tpu vs the CPU's int8-activation kernels: {e:.2e} (relative)");
-        assert!(e < 6e-2, "{model}: {e}");
-        if v.get("f64_logits").is_some() {
-            let exact = floats(&v, "f64_logits");
-            let (e_tpu, e_cpu) = (rel_err(&tpu, &exact), rel_err(&cpu, &exact));
-            eprintln!("{model}: from the f64 reference: Device::Tpu {e_tpu:.2e}, CPU {e_cpu:.2e}");
-            assert!(e_tpu < 1e-4 && e_tpu <= e_cpu, "{model}: {e_tpu} vs {e_cpu}");
-            let want = ids(&v, "f64_greedy");
-            let got = greedy(model, Device::Tpu, &prompt, want.len());
-            assert_eq!(got, want, "{model}: greedy tokens differ from the f64 reference's");
-        }
+    if plugin() {
+        device_models::quantized_models_follow_the_exact_reference(Device::Tpu);
     }
 }
