@@ -80,6 +80,28 @@ using Op = std::function<mx::array(const Args&)>;
 
 const std::unordered_map<std::string, Op>& ops() {
   static const std::unordered_map<std::string, Op> table = {
+      // in: x, weight, bias; floats: eps.
+      {"layer_norm",
+       [](const Args& a) {
+         return mx::fast::layer_norm(a.in[0], a.in[1], a.in[2], static_cast<float>(a.floats.at(0)));
+       }},
+      // in: x, weight; floats: eps.
+      {"rms_norm",
+       [](const Args& a) { return mx::fast::rms_norm(a.in[0], a.in[1], static_cast<float>(a.floats.at(0))); }},
+      // in: q, k, v [, mask]; ints: 0 no mask, 1 causal (bottom-right aligned), 2 the mask input;
+      // floats: scale.
+      {"sdpa",
+       [](const Args& a) {
+         int mode = static_cast<int>(a.ints.at(0));
+         std::optional<mx::array> mask;
+         std::string mm = mode == 1 ? "causal" : "";
+         if (mode == 2) {
+           mm = "array";
+           mask = a.in.at(3);
+         }
+         return mx::fast::scaled_dot_product_attention(a.in[0], a.in[1], a.in[2], static_cast<float>(a.floats.at(0)),
+                                                       mm, mask);
+       }},
       // A second handle to the same array (MLX arrays share their data).
       {"identity", [](const Args& a) { return a.in[0]; }},
       {"add", [](const Args& a) { return mx::add(a.in[0], a.in[1]); }},

@@ -63,9 +63,46 @@ pub static EMITTERS: LazyLock<KernelTable<Emit>> = LazyLock::new(|| {
         Some(p.op("cumsum", &[&i[0]], &[axis, c.reverse as i64, !c.exclusive as i64], &[], d, n.ty.dtype))
     });
     t.register(OpKind::TopK, NUMBERS, top_k);
+    // MLX's fused kernels where their semantics are RLX's (f64 is left to the decompositions:
+    // MLX computes its exp in f32 precision).
+    const HALF_AND_F32: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+    t.register(OpKind::LayerNorm, HALF_AND_F32, norm);
+    t.register(OpKind::RmsNorm, HALF_AND_F32, norm);
+    t.register(OpKind::Attention, &[DType::F32, DType::F16, DType::BF16, DType::Bool], attention);
     t.register(OpKind::Dequantize, &[DType::U8, DType::F32], crate::quant::dequantize);
     t
 });
+
+/// `mx::fast::layer_norm` / `rms_norm` over the last axis, with 1-D weights of its length.
+fn norm(p: &mut Prog, n: &Node, i: &[V], d: &[usize]) -> Option<V> {
+    let last = *d.last()?;
+    if i[1..].iter().any(|w| w.dims != [last] || w.dt != n.ty.dtype) {
+        return None;
+    }
+    match &n.op {
+        Op::LayerNorm(l) => Some(p.op("layer_norm", &[&i[0], &i[1], &i[2]], &[], &[l.eps], d, n.ty.dtype)),
+        Op::RmsNorm(r) => Some(p.op("rms_norm", &[&i[0], &i[1]], &[], &[r.eps], d, n.ty.dtype)),
+        _ => None,
+    }
+}
+
+/// `mx::fast::scaled_dot_product_attention` for `[batch, heads, seq, dim]` values with no mask,
+/// the causal mask (MLX aligns it bottom-right, as RLX does) or a mask input; sliding windows
+/// and the `Bshd` layout are left to the decomposition.
+fn attention(p: &mut Prog, n: &Node, i: &[V], d: &[usize]) -> Option<V> {
+    let Op::Attention(a) = &n.op else { return None };
+    if a.layout != rlx_ir::ops::HeadLayout::Bhsd || i[0].dt != n.ty.dtype || i[0].dt == DType::Bool {
+        return None;
+    }
+    let mode = match a.mask {
+        rlx_ir::MaskKind::None => 0,
+        rlx_ir::MaskKind::Causal => 1,
+        rlx_ir::MaskKind::Custom => 2,
+        rlx_ir::MaskKind::SlidingWindow(_) => return None,
+    };
+    let refs: Vec<&V> = i.iter().collect();
+    Some(p.op("sdpa", &refs, &[mode], &[a.scale], d, n.ty.dtype))
+}
 
 fn ints(v: &[usize]) -> Vec<i64> {
     v.iter().map(|&x| x as i64).collect()
