@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rlx_driver::Device;
-use rlx_models::llm::LlmModel;
+use rlx_models::llm::{LlmConfig, LlmModel};
 use rlx_models::{GgufTokenizer, SamplerConfig};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -100,12 +100,10 @@ impl Server {
         let file = rlx_gguf::GgufFile::open(&cfg.model).map_err(|e| file_err(&e))?;
         let tok = Arc::new(GgufTokenizer::from_gguf(file.gguf(), &path)?);
         let template = file.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
-        drop(file);
         let chat = ChatFormat::detect(template.as_deref());
         let chat_stops = chat.end_tokens().iter().filter_map(|t| tok.token_id(t)).collect();
-        let probe = LlmModel::load(&cfg.model, cfg.device, 1)?;
-        let model_ctx = probe.config().context_length;
-        drop(probe);
+        let model_ctx = LlmConfig::from_gguf(file.gguf(), &path)?.context_length;
+        drop(file);
         let ctx = cfg.ctx.unwrap_or(model_ctx.min(4096));
         if ctx == 0 || ctx > model_ctx {
             return Err(ServeError::Config(format!("--ctx {ctx} must be in [1, {model_ctx}] (the model's context)")));
