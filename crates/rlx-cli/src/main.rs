@@ -1,9 +1,11 @@
 //! The `rlx` command line: `train` a character-level GPT, `generate` text from a GGUF model
 //! (Qwen3, Llama) or a `train` checkpoint, `embed` sentences with a BERT-family model, `inspect`
-//! a GGUF, safetensors or graph file, list `ops`. Bench lives in crates/rlx-bench.
+//! a GGUF, safetensors or graph file, list `ops`, `serve` a GGUF model over an OpenAI-compatible
+//! HTTP API. Bench lives in crates/rlx-bench.
 
 mod embed;
 mod generate;
+mod serve;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +56,9 @@ enum Cmd {
     /// Generate text from a Qwen3 / Llama GGUF model (streamed; --json for one JSON object) or
     /// from a char-GPT checkpoint written by `rlx train`.
     Generate(generate::GenerateArgs),
+    /// Serve a Qwen3 / Llama GGUF model over an OpenAI-compatible HTTP API (/v1/completions,
+    /// /v1/chat/completions, /v1/models, /health, /metrics); requests run one at a time.
+    Serve(serve::ServeArgs),
 }
 
 fn parse_device(name: &str) -> Result<Device, String> {
@@ -96,6 +101,7 @@ fn run(cli: Cli) -> Res {
         Cmd::Ops => ops(out),
         Cmd::Train(args) => train::train(out, &args, device),
         Cmd::Generate(args) => generate::generate(out, &args, device),
+        Cmd::Serve(args) => serve::serve(&args, device),
     }?;
     out.flush()?;
     Ok(())

@@ -187,6 +187,40 @@ impl GgufTokenizer {
         Ok(out)
     }
 
+    /// Tokenizes `text` in which the text of control tokens (`<|im_start|>`, `<|eot_id|>`, ...)
+    /// stands for those tokens, as chat templates write them; the rest is encoded as `encode_with`
+    /// does, without BOS between pieces. The longest control token wins where several match.
+    pub fn encode_special(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        let specials: Vec<(&str, u32)> = (0..self.tokens.len())
+            .filter(|&i| self.types[i] == CONTROL && !self.tokens[i].is_empty())
+            .map(|i| (self.tokens[i].as_str(), i as u32))
+            .collect();
+        let mut out = self.encode_with("", add_bos)?;
+        let mut rest = text;
+        while !rest.is_empty() {
+            // The earliest match, longest first at one position.
+            let hit = specials
+                .iter()
+                .filter_map(|&(t, id)| rest.find(t).map(|at| (at, std::cmp::Reverse(t.len()), id)))
+                .min();
+            let Some((at, std::cmp::Reverse(len), id)) = hit else {
+                out.extend(self.encode_with(rest, false)?);
+                break;
+            };
+            if at > 0 {
+                out.extend(self.encode_with(&rest[..at], false)?);
+            }
+            out.push(id);
+            rest = &rest[at + len..];
+        }
+        Ok(out)
+    }
+
+    /// The id of the token whose text is exactly `text`, if the vocabulary has one.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.ids.get(text).copied()
+    }
+
     /// Merges the lowest-ranked adjacent pair (leftmost on ties) until none applies.
     fn bpe_word(&self, word: &str, ranks: &HashMap<(String, String), usize>, out: &mut Vec<u32>) -> Result<()> {
         let mut sym: Vec<String> = word.chars().map(String::from).collect();

@@ -42,3 +42,18 @@ fn special_tokens_and_bos_follow_the_metadata() {
     assert_eq!(tok.decode(&[eos]), "");
     assert!(tok.encode("<|im_end|>").unwrap().len() > 1);
 }
+
+#[test]
+fn encode_special_reads_control_token_text_as_the_tokens() {
+    let f = GgufFile::open(dir().join("qwen3-f16.gguf")).unwrap();
+    let tok = GgufTokenizer::from_gguf(f.gguf(), "qwen3").unwrap();
+    let (start, end) = (tok.token_id("<|im_start|>").unwrap(), tok.token_id("<|im_end|>").unwrap());
+    let mut want = vec![start];
+    want.extend(tok.encode("user\nhello world").unwrap());
+    want.push(end);
+    want.extend(tok.encode("\n").unwrap());
+    assert_eq!(tok.encode_special("<|im_start|>user\nhello world<|im_end|>\n", false).unwrap(), want);
+    // No control token text: the same as `encode_with`; BOS first when asked.
+    assert_eq!(tok.encode_special("hello", false).unwrap(), tok.encode("hello").unwrap());
+    assert_eq!(tok.encode_special("<|im_end|>", true).unwrap(), vec![tok.bos.unwrap(), end]);
+}
