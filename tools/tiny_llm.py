@@ -11,6 +11,9 @@ Writes, under crates/rlx-models/tests/fixtures/llm/:
                                       prompt position (`logits`, row-major [n, vocab]) and 32 greedy
                                       tokens; `{arch}-f32` entries are for the F16 weights read as F32
   tokenizer.json                      llama.cpp's tokenize / detokenize of fixture strings
+On a CPU with AMX, build llama-cpp-python without ggml's AMX kernels, which crashed (SIGSEGV in
+ggml_backend_amx_mul_mat) on the --q8-wide model:
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF" pip install llama-cpp-python
 The F32 reference runs llama.cpp on an F32 copy of the F16 file (written to a temp dir, not
 committed): the tests read the F16 file, whose weights are exactly those values.
 
@@ -18,6 +21,13 @@ committed): the tests read the F16 file, whose weights are exactly those values.
 committed models with a 56-token prompt (the batched prefill kernels, two attention query blocks).
 `tiny_llm.py --f16-cache-reference` writes only qwen3-f32-long-kvf16.json: the same F32 Qwen3
 run with llama.cpp's default f16 KV cache.
+`tiny_llm.py --q8-wide` writes only qwen3w-q8_0.gguf and qwen3w-q8_0{,-long}.json: a Qwen3 of
+hidden 128 (4 heads, 2 KV heads of dim 32), ffn 384, 4 layers and a vocabulary of 512, quantized
+to Q8_0 throughout by llama.cpp (the token embedding too, tied as the LM head), with llama.cpp's
+logits and greedy tokens (f32 cache) for the 9-token prompt and a 40-token one, and the same from
+an f64 numpy forward over the dequantized weights (qwen3_numpy.py) as `f64_logits`, `f64_greedy`.
+The seed is the first from 11 whose 32 greedy tokens agree between the two references with a
+margin of at least 0.1 at every step, so that the tests compare tokens, not rounding.
 `tiny_llm.py --bench PATH` instead writes a bigger random Llama-shaped Q4_K_M file to PATH (for
 the decode tok/s comparison; not committed).
 """
@@ -78,8 +88,9 @@ def learn_merges(words, n):
     return merges
 
 
-def gpt2_vocab(n_merges):
-    """Byte-level BPE vocab: 256 byte symbols, learned merges, then Qwen's special tokens."""
+def gpt2_vocab(n_merges, pad_to=0):
+    """Byte-level BPE vocab: 256 byte symbols, learned merges, `<|extra_i|>` control tokens up to
+    `pad_to` entries in all, then Qwen's special tokens."""
     b2u = bytes_to_unicode()
     tokens = [b2u[b] for b in range(256)]
     words = ["".join(b2u[c] for c in (" " + w if i else w).encode()) for i, w in enumerate(CORPUS.split(" "))]
@@ -87,6 +98,9 @@ def gpt2_vocab(n_merges):
     tokens += [a + b for a, b in merges]
     types = [1] * len(tokens)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    extra = max(0, pad_to - len(tokens) - len(specials))
+    tokens += [f"<|extra_{i}|>" for i in range(extra)]
+    types += [3] * extra
     tokens += specials
     types += [3] * len(specials)
     return tokens, types, [f"{a} {b}" for a, b in merges], len(tokens) - 1
@@ -114,7 +128,7 @@ def spm_vocab(n_pieces):
     return tokens, scores, types
 
 
-def write_model(path, arch, hidden, layers, heads, kv_heads, ffn, seed, big=False):
+def write_model(path, arch, hidden, layers, heads, kv_heads, ffn, seed, big=False, vocab=0):
     rng = np.random.default_rng(seed)
     hd = hidden // heads
     w = gguf.GGUFWriter(str(path), arch)
@@ -131,7 +145,7 @@ def write_model(path, arch, hidden, layers, heads, kv_heads, ffn, seed, big=Fals
         w.add_rope_freq_base(1000000.0)
         w.add_key_length(hd)
         w.add_value_length(hd)
-        tokens, types, merges, eos = gpt2_vocab(40)
+        tokens, types, merges, eos = gpt2_vocab(40, vocab)
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("qwen2")
         w.add_token_list(tokens)
@@ -294,7 +308,39 @@ def f16_cache_reference():
         print(f"wrote {out}")
 
 
+def q8_wide():
+    import qwen3_numpy
+    with tempfile.TemporaryDirectory() as d:
+        for seed in range(11, 60):
+            f16, f32, q8 = Path(d) / "w-f16.gguf", Path(d) / "w-f32.gguf", Path(d) / "w-q8_0.gguf"
+            write_model(f16, "qwen3", 128, 4, 4, 2, 384, seed, vocab=512)
+            to_f32(f16, f32)
+            quantize(f32, q8, 7)  # LLAMA_FTYPE_MOSTLY_Q8_0
+            W, cfg = qwen3_numpy.load(q8)
+            short = load(q8).tokenize(PROMPT.encode(), add_bos=True, special=False)
+            long = [(7 * i + 3) % 500 + 5 for i in range(40)]
+            refs = {}
+            for name, ids in [("qwen3w-q8_0", short), ("qwen3w-q8_0-long", long)]:
+                r = reference(q8, ids)
+                toks, margins = qwen3_numpy.greedy(W, cfg, ids, GREEDY)
+                if toks != r["greedy"] or min(margins) < 0.1:
+                    print(f"seed {seed}: {name} references disagree or margin {min(margins):.3f} < 0.1")
+                    break
+                r["f64_logits"] = [round(float(x), 5) for x in qwen3_numpy.forward(W, cfg, ids).ravel()]
+                r["f64_greedy"] = toks
+                refs[name] = r
+            else:
+                (OUT / "qwen3w-q8_0.gguf").write_bytes(q8.read_bytes())
+                for name, r in refs.items():
+                    (OUT / f"{name}.json").write_text(json.dumps(r) + "\n")
+                print(f"seed {seed}: wrote qwen3w-q8_0.gguf and its references")
+                return
+    raise SystemExit("no seed in 11..59 gave agreeing references")
+
+
 def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--q8-wide":
+        return q8_wide()
     if len(sys.argv) == 2 and sys.argv[1] == "--long-reference":
         return long_reference()
     if len(sys.argv) == 2 and sys.argv[1] == "--f16-cache-reference":

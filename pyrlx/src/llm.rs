@@ -274,7 +274,10 @@ fn set_threads(n: i64) -> PyResult<()> {
         // SAFETY: called with the GIL held; RLX reads the variable once, on first use.
         unsafe { std::env::set_var("RLX_NUM_THREADS", n.to_string()) };
     }
-    let have = rlx_cpu::threads::num_threads();
+    // The CPU backend reports its pool size through the Session; it is fixed on first use.
+    let Some(have) = rlx_runtime::Session::new(Device::Cpu).threads() else {
+        return Err(PyValueError::new_err("this build's CPU backend has no thread pool to size"));
+    };
     if have != n as usize {
         let msg =
             format!("the CPU thread pool already runs {have} threads (fixed per process on first use); cannot use {n}");

@@ -41,8 +41,10 @@ fn view<T>(x: &[T], n: usize) -> MatRef<T> {
 /// Prints one line per size: GFLOP/s of each and RLX over the best peer.
 pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
     println!("\n## f32 matmul n x n x n (GFLOP/s, median; {rounds} interleaved rounds)");
-    println!("| n | RLX | candle | numpy | JAX | oneMKL | RLX / best peer | FMA peak | RLX / peak | ping-pong ns |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| n | RLX kernel | RLX Session a x param | RLX Session a x b | candle | numpy | JAX | oneMKL | RLX kernel / best peer | Session / best peer | FMA peak | RLX kernel / peak | Session / peak | ping-pong ns |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let threads = rlx_cpu::threads::num_threads();
     for &n in sizes {
         let (a, b) = inputs(n, |x| x);
@@ -50,6 +52,17 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
         let cm = CandleMatmul::new(n)?;
         let (mut rlx, mut cand, mut np, mut jx, mut mk, mut pp) =
             (Timer::default(), Timer::default(), vec![], vec![], vec![], vec![]);
+        // The same product as a user runs it: a compiled graph with B a param, and with B an input.
+        let (mut sess_p, mut sess_i) = (Timer::default(), Timer::default());
+        let mut with_param = session_matmul(n, true)?;
+        with_param.set_param("b", &b).map_err(|e| e.to_string())?;
+        let mut with_input = session_matmul(n, false)?;
+        let mut param_run =
+            || with_param.run(&[("a", &a)]).map(std::hint::black_box).map(|_| ()).map_err(|e| e.to_string());
+        let mut input_run =
+            || with_input.run(&[("a", &a), ("b", &b)]).map(std::hint::black_box).map(|_| ()).map_err(|e| e.to_string());
+        param_run()?;
+        input_run()?;
         // The FMA peak of the same threads, once per round (it moves with the clocks).
         let mut peak = vec![];
         let r = reps(n);
@@ -65,6 +78,12 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
             peak.push(fma_peak_gflops(threads));
             for _ in 0..r {
                 rlx.time(&mut rlx_run)?;
+            }
+            for _ in 0..r {
+                sess_p.time(&mut param_run)?;
+            }
+            for _ in 0..r {
+                sess_i.time(&mut input_run)?;
             }
             for _ in 0..r {
                 cand.time(|| cm.run())?;
@@ -86,21 +105,41 @@ pub fn run(sizes: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<(
         }
         let (g_rlx, g_c, g_np, g_jx) = (gf(rlx.median_ms()), gf(cand.median_ms()), gf(median(&np)), gf(median(&jx)));
         let g_mk = gf(median(&mk));
+        let (g_sp, g_si) = (gf(sess_p.median_ms()), gf(sess_i.median_ms()));
+        let g_sess = g_sp.min(g_si);
         // A missing peer is NaN: f64::max ignores it.
         let best = g_c.max(g_np).max(g_jx).max(g_mk);
         let show = |g: f64| if g.is_nan() { "skipped".to_string() } else { format!("{g:.1}") };
         let g_peak = median(&peak);
         println!(
-            "| {n} | {g_rlx:.1} | {g_c:.1} | {} | {} | {} | {:.3}x | {g_peak:.1} | {:.1}% | {:.0} |",
+            "| {n} | {g_rlx:.1} | {g_sp:.1} | {g_si:.1} | {g_c:.1} | {} | {} | {} | {:.3}x | {:.3}x | {g_peak:.1} | {:.1}% | {:.1}% | {:.0} |",
             show(g_np),
             show(g_jx),
             show(g_mk),
             g_rlx / best,
+            g_sess / best,
             100.0 * g_rlx / g_peak,
+            100.0 * g_sess / g_peak,
             median(&pp)
         );
     }
     Ok(())
+}
+
+/// `c = a @ b` for n x n f32 operands compiled through `Session` (the public API), with `b` a
+/// param (`as_param`) or a second input.
+fn session_matmul(n: usize, as_param: bool) -> Result<rlx_runtime::CompiledGraph, String> {
+    use rlx_ir::{DType, Graph, Shape};
+    let mut g = Graph::new("matmul");
+    let a = g.input("a", Shape::new(&[n, n], DType::F32));
+    let b = if as_param {
+        g.param("b", Shape::new(&[n, n], DType::F32))
+    } else {
+        g.input("b", Shape::new(&[n, n], DType::F32))
+    };
+    let c = g.matmul(a, b);
+    g.set_outputs(vec![c]);
+    rlx_runtime::Session::new(rlx_driver::Device::Cpu).compile(g).map_err(|e| e.to_string())
 }
 
 /// bf16 n x n matmul (GFLOP/s): RLX's bf16 GEMM (f32 sums, bf16 out) against candle bf16 and

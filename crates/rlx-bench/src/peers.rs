@@ -105,19 +105,24 @@ impl PyPeers {
     }
 }
 
-/// The ONNX file of MiniLM written by the peers' `build_onnx.py` (`RLX_PEERS_DIR`, default
-/// /work/shared/peers), built once into `$CARGO_TARGET_DIR/peers`; Err with the reason otherwise.
+/// The ONNX file of MiniLM written by the peers' `build_onnx.py`, built once into
+/// `$CARGO_TARGET_DIR/peers`; Err with the reason otherwise. The script and its `common.py` are not
+/// in this repository, so `RLX_PEERS_DIR` must name the folder that holds them: no default path,
+/// which pointed at one machine's folder.
 pub fn onnx_model() -> Result<String, String> {
-    let peers = std::env::var("RLX_PEERS_DIR").unwrap_or_else(|_| "/work/shared/peers".into());
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let dir = std::path::Path::new(&target).join("peers");
     let out = dir.join("bert_plain.onnx");
     if out.exists() {
         return Ok(out.display().to_string());
     }
+    let peers = std::env::var("RLX_PEERS_DIR").map_err(|_| {
+        "RLX_PEERS_DIR is not set: it names the folder of build_onnx.py and common.py, which write the ONNX graph of MiniLM"
+            .to_string()
+    })?;
     let script = std::path::Path::new(&peers).join("build_onnx.py");
     if !script.exists() {
-        return Err(format!("{} not found (set RLX_PEERS_DIR)", script.display()));
+        return Err(format!("{} not found (RLX_PEERS_DIR={peers})", script.display()));
     }
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let st = Command::new(python())

@@ -36,7 +36,7 @@ pub fn bytes_bar(total: u64, msg: &str, quiet: bool) -> ProgressBar {
 /// Runs `rlx embed`: loads the model (a spinner on stderr), then prints one array per text.
 pub fn embed(out: &mut impl Write, model: &Path, texts: &[String], device: Device) -> Res {
     let pb = spinner(&format!("loading {}", model.display()), false);
-    let m = rlx_models::SentenceEmbedder::load(model, device);
+    let m = rlx::models::SentenceEmbedder::load(model, device);
     pb.finish_and_clear();
     let mut m = m?;
     let refs: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();

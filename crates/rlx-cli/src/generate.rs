@@ -2,9 +2,9 @@
 //! a char-GPT checkpoint written by `rlx train` (`.safetensors`).
 
 use crate::embed::{bytes_bar, spinner};
+use rlx::models::llm::{GenerateOptions, LlmModel, generate as run_generate};
+use rlx::models::{GgufTokenizer, SamplerConfig};
 use rlx::prelude::*;
-use rlx_models::llm::{GenerateOptions, LlmModel, generate as run_generate};
-use rlx_models::{GgufTokenizer, SamplerConfig};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -78,7 +78,7 @@ pub fn generate(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
                             --seed only (no --prompt-ids, --top-p, --repeat-penalty, --kv-dtype or --json)"
                     .into());
             }
-            let opts = rlx_nn::gpt::SampleOptions { temperature: a.temperature, top_k: a.top_k, seed: a.seed };
+            let opts = rlx::nn::gpt::SampleOptions { temperature: a.temperature, top_k: a.top_k, seed: a.seed };
             let prompt = a.prompt.as_deref().unwrap_or("\n");
             crate::train::generate_char_gpt(out, &a.model, prompt, a.max_tokens, opts, device)
         }
@@ -137,11 +137,12 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
     };
     let stop_tokens = if a.ignore_eos { vec![] } else { tok.eos.into_iter().collect() };
     let opts = GenerateOptions { max_tokens: a.max_tokens, sampler, stop_tokens };
-    // `RLX_PROFILE=1`: the CPU kernels' times over prefill and decode, on stderr at the end.
-    rlx_cpu::kernels::profile::reset();
+    // `RLX_PROFILE=1`: the backend's kernel times over prefill and decode, on stderr at the end.
+    let session = Session::new(device);
+    session.reset_profile();
     if a.json {
         let stats = run_generate(&mut m, &prompt, &opts, |_| true)?;
-        eprint!("{}", rlx_cpu::kernels::profile::report());
+        eprint!("{}", session.profile_report());
         let obj = serde_json::json!({
             "tokens": stats.tokens,
             "text": tok.decode(&stats.tokens),
@@ -173,6 +174,6 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
         stats.tokens.len(),
         stats.decode_tok_s()
     );
-    eprint!("{}", rlx_cpu::kernels::profile::report());
+    eprint!("{}", session.profile_report());
     Ok(())
 }

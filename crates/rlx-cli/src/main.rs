@@ -102,7 +102,7 @@ fn run(cli: Cli) -> Res {
 }
 
 fn inspect_safetensors(out: &mut impl Write, file: &Path) -> Res {
-    let f = rlx_models::SafetensorsFile::open(file)?;
+    let f = rlx::models::SafetensorsFile::open(file)?;
     let entries = f.entries();
     let bytes: usize = entries.iter().map(|e| e.offsets.1 - e.offsets.0).sum();
     writeln!(out, "safetensors `{}`: {} tensors, {bytes} bytes of data", file.display(), entries.len())?;

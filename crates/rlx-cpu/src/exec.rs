@@ -109,6 +109,17 @@ struct Line([u8; 64]);
 /// A byte range in the memory plan's address space (offset, length).
 type Slot = (usize, usize);
 
+/// One buffer of one step: input `arg` of step `step`, or its output (`arg == usize::MAX`).
+#[derive(Clone, Copy, Debug)]
+struct Ref {
+    step: usize,
+    arg: usize,
+}
+
+impl Ref {
+    const OUT: usize = usize::MAX;
+}
+
 struct Step {
     kernel: Kernel,
     ins: Vec<Slot>,
@@ -134,6 +145,12 @@ pub struct CpuExecutable {
     params: Vec<Param>,
     outputs: Vec<Slot>,
     routs: Vec<Loc>,
+    /// Per input and output, the step buffers that `run` points at the caller's bytes instead of
+    /// the arena (`direct_io`), or None where the value must be copied.
+    direct_in: Vec<Option<Vec<Ref>>>,
+    direct_out: Vec<Option<Vec<Ref>>>,
+    /// The step buffers a run pointed elsewhere, restored after it (kept to allocate nothing).
+    patched: Vec<(Ref, *mut u8)>,
     /// State updates `(value, param)` not already computed in place.
     copies: Vec<(Slot, Slot)>,
     rcopies: Vec<(Loc, Loc)>,
@@ -234,6 +251,9 @@ impl CpuExecutable {
             params,
             outputs: vec![],
             routs: vec![],
+            direct_in: vec![],
+            direct_out: vec![],
+            patched: vec![],
             copies: vec![],
             rcopies: vec![],
             staged: vec![],
@@ -334,9 +354,88 @@ impl CpuExecutable {
         self.routs = self.outputs.iter().map(|&s| self.resolve(s)).collect::<Result<_>>()?;
         self.rcopies =
             self.copies.iter().map(|&(v, p)| Ok((self.resolve(v)?, self.resolve(p)?))).collect::<Result<_>>()?;
+        self.direct_io();
         Ok(())
     }
 
+    /// Finds the inputs kernels may read straight from the caller's bytes and the outputs the
+    /// last kernel may write straight into them, so that `run` copies neither (a 1024^2 f32
+    /// input and output are 8 MiB of copies per run). Only where that cannot change a result:
+    /// an input no step writes over (the plan reuses dead inputs' bytes) and no output or state
+    /// update copies out of the arena (views of it), an output in the arena
+    /// written by exactly one step over exactly its bytes, overlapping no input, other output or
+    /// state update; reads of it after that step follow it. Anything else is copied as before.
+    fn direct_io(&mut self) {
+        let overlaps =
+            |a: Loc, b: Loc| (a.ptr as usize) < b.ptr as usize + b.len && (b.ptr as usize) < a.ptr as usize + a.len;
+        let within =
+            |x: Loc, l: Loc| x.ptr as usize >= l.ptr as usize && x.ptr as usize + x.len <= l.ptr as usize + l.len;
+        let steps = &self.steps;
+        let written = |l: Loc, from: usize| steps.iter().skip(from).any(|s| overlaps(s.rout, l));
+        // Step inputs from `from` on that read inside `l` (or None when one straddles its edge).
+        let reads = |l: Loc, from: usize| {
+            let mut refs = vec![];
+            for (k, s) in steps.iter().enumerate().skip(from) {
+                for (a, &x) in s.rins.iter().enumerate() {
+                    if within(x, l) && x.len > 0 {
+                        refs.push(Ref { step: k, arg: a });
+                    } else if overlaps(x, l) {
+                        return None;
+                    }
+                }
+            }
+            Some(refs)
+        };
+        // An input an output or a state update copies out of the arena (a view of it) stays there.
+        let copied_out = |l: Loc| self.routs.iter().chain(self.rcopies.iter().map(|c| &c.0)).any(|&r| overlaps(r, l));
+        self.direct_in = self
+            .inputs
+            .iter()
+            .map(|&l| if l.len == 0 || written(l, 0) || copied_out(l) { None } else { reads(l, 0) })
+            .collect();
+        self.direct_out = (0..self.routs.len())
+            .map(|o| {
+                let l = self.routs[o];
+                let alone = l.len > 0
+                    && l.version.is_null()
+                    && !self.inputs.iter().any(|&i| overlaps(i, l))
+                    && !self.routs.iter().enumerate().any(|(p, &r)| p != o && overlaps(r, l))
+                    && !self.rcopies.iter().any(|&(v, p)| overlaps(v, l) || overlaps(p, l));
+                let producers: Vec<usize> = (0..steps.len()).filter(|&k| overlaps(steps[k].rout, l)).collect();
+                let &last = producers.last()?;
+                if !alone || steps[last].rout != l || written(l, last + 1) {
+                    return None;
+                }
+                let mut refs = reads(l, last + 1)?;
+                refs.push(Ref { step: last, arg: Ref::OUT });
+                Some(refs)
+            })
+            .collect();
+        let most = self.direct_in.iter().chain(&self.direct_out).flatten().map(Vec::len).sum();
+        self.patched = Vec::with_capacity(most);
+    }
+}
+
+/// Points the step buffers `refs` (inside `from`'s bytes) at the same offsets of `to`, noting
+/// each old address in `patched`.
+fn patch(steps: &mut [Step], patched: &mut Vec<(Ref, *mut u8)>, refs: &[Ref], from: Loc, to: *mut u8) {
+    for &r in refs {
+        let s = &mut steps[r.step];
+        let loc = if r.arg == Ref::OUT { &mut s.rout } else { &mut s.rins[r.arg] };
+        patched.push((r, loc.ptr));
+        loc.ptr = to.wrapping_add(loc.ptr as usize - from.ptr as usize);
+    }
+}
+
+/// Undoes every `patch` noted in `patched`.
+fn unpatch(steps: &mut [Step], patched: &mut Vec<(Ref, *mut u8)>) {
+    for (r, ptr) in patched.drain(..) {
+        let s = &mut steps[r.step];
+        if r.arg == Ref::OUT { s.rout.ptr = ptr } else { s.rins[r.arg].ptr = ptr }
+    }
+}
+
+impl CpuExecutable {
     fn param(&self, index: usize, what: &str) -> Result<&Param> {
         self.params.get(index).ok_or_else(|| Error::eval(what, format!("no param #{index} (of {})", self.params.len())))
     }
@@ -379,18 +478,42 @@ impl rlx_driver::Executable for CpuExecutable {
         for &p in &self.updated {
             self.params[p].buf.touch();
         }
-        for (data, l) in inputs.iter().zip(&self.inputs) {
-            // SAFETY: the slot lies inside the arena and has exactly this length (checked).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), l.ptr, l.len) };
+        // Caller bytes at least 16-aligned (every dtype's alignment) are used in place where
+        // `direct_io` allows it; the rest goes through the arena.
+        let aligned = |p: *const u8| (p as usize).is_multiple_of(16);
+        let (direct_in, direct_out) = (std::mem::take(&mut self.direct_in), std::mem::take(&mut self.direct_out));
+        for (i, data) in inputs.iter().enumerate() {
+            let l = self.inputs[i];
+            match &direct_in[i] {
+                Some(refs) if aligned(data.as_ptr()) => {
+                    patch(&mut self.steps, &mut self.patched, refs, l, data.as_ptr() as *mut u8)
+                }
+                // SAFETY: the slot lies inside the arena and has exactly this length (checked).
+                _ => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), l.ptr, l.len) },
+            }
         }
+        for (o, dst) in outputs.iter_mut().enumerate() {
+            if let Some(refs) = direct_out[o].as_ref().filter(|_| aligned(dst.as_ptr())) {
+                patch(&mut self.steps, &mut self.patched, refs, self.routs[o], dst.as_mut_ptr());
+            }
+        }
+        let mut result = Ok(());
         for step in &mut self.steps {
             let bufs = Bufs { ins: &step.rins, out: step.rout };
-            (step.kernel)(&bufs)?;
+            result = (step.kernel)(&bufs);
+            if result.is_err() {
+                break;
+            }
         }
-        for (dst, l) in outputs.iter_mut().zip(&self.routs) {
-            // SAFETY: as above.
-            unsafe { std::ptr::copy_nonoverlapping(l.ptr, dst.as_mut_ptr(), l.len) };
+        unpatch(&mut self.steps, &mut self.patched);
+        for (o, dst) in outputs.iter_mut().enumerate() {
+            if direct_out[o].is_none() || !aligned(dst.as_ptr()) {
+                // SAFETY: as above.
+                unsafe { std::ptr::copy_nonoverlapping(self.routs[o].ptr, dst.as_mut_ptr(), self.routs[o].len) };
+            }
         }
+        (self.direct_in, self.direct_out) = (direct_in, direct_out);
+        result?;
         write_updates(&self.rcopies, &self.staged, &mut self.staging);
         // Buffers a task grew on one pool thread, grown on every thread: warm runs allocate
         // nothing whichever thread takes which task.

@@ -15,7 +15,7 @@ mod prefetch;
 pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
-use rlx_driver::{Backend, Executable, KernelTable, ParamUpdate};
+use rlx_driver::{Backend, Capabilities, Executable, Execution, KernelTable, ParamUpdate};
 use rlx_ir::{Graph, Node, Result, Shape};
 
 /// The CPU backend.
@@ -40,6 +40,33 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // The attention and rope kernels read `[batch, seq, heads, dim]` in place.
+            head_layout: rlx_ir::ops::HeadLayout::Bshd,
+            // The packed GEMM reads either operand through strides.
+            matmul_transpose_flags: true,
+            matmul_epilogues: true,
+            // Attention widens f16 / bf16 K and V per block under f32 queries.
+            half_kv_cache: true,
+            execution: Execution::PerOpKernels,
+            // The memory plan puts eligible updates on the param's bytes (`plan_with_updates`).
+            in_place_state: true,
+        }
+    }
+
+    fn profile_report(&self) -> String {
+        kernels::profile::report()
+    }
+
+    fn reset_profile(&self) {
+        kernels::profile::reset()
+    }
+
+    fn threads(&self) -> Option<usize> {
+        Some(threads::num_threads())
     }
 
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {

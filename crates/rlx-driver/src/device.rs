@@ -38,15 +38,14 @@ impl Device {
         self.unavailable_reason().is_none()
     }
 
-    /// Why the device cannot be used, or None when it can. Non-CPU devices ask the probe
-    /// registered for them (see `register_probe`).
+    /// Why the device cannot be used, or None when it can. Devices ask the probe registered for
+    /// them (see `register_probe`); the CPU is available unless a probe says otherwise (a
+    /// runtime built without its `cpu` feature registers one).
     pub fn unavailable_reason(self) -> Option<&'static str> {
-        if self == Device::Cpu {
-            return None;
-        }
         let probe = PROBES.read().unwrap_or_else(|e| e.into_inner()).iter().find(|(d, _)| *d == self).map(|p| p.1);
         match probe {
             Some(p) => p(),
+            None if self == Device::Cpu => None,
             None => Some(
                 "no backend for it is registered in this program (rlx-runtime registers the backends it \
                  was built with, such as wgpu with its `wgpu` feature, when a Session is created)",

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc_count;
+mod caps;
 mod device;
 pub mod huge_pages;
 mod legalize;
@@ -13,6 +14,7 @@ mod movement;
 mod params;
 mod table;
 
+pub use caps::{Capabilities, Execution};
 pub use device::{Device, Probe};
 pub use legalize::{DispatchReport, OpDispatch, legalize};
 pub use movement::{is_identity_map, movement_index_map};
@@ -23,8 +25,30 @@ use rlx_ir::{Graph, Node, Result, Shape};
 
 /// A backend: decides what it runs natively and compiles legalized graphs.
 pub trait Backend: Send + Sync {
-    /// Short name for reports (`cpu`, `wgpu`).
+    /// Short name for reports and errors (`cpu`, `wgpu`). Never a key for behavior: code
+    /// outside the backend asks `capabilities` or the kernel table instead.
     fn name(&self) -> &'static str;
+
+    /// What passes and the runtime need to know beyond the kernel table (head layout, matmul
+    /// flags, execution model). Default: `Capabilities::default()`, the conservative answer.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// The backend's per-kernel timing table since the last `reset_profile`, when it records
+    /// one (the CPU backend does under `RLX_PROFILE=1`); empty otherwise.
+    fn profile_report(&self) -> String {
+        String::new()
+    }
+
+    /// Clears the timings `profile_report` shows. Default: nothing to clear.
+    fn reset_profile(&self) {}
+
+    /// How many host threads the backend's kernels run on, when it has a host thread pool (the
+    /// CPU backend's is fixed per process at first use). Default: None.
+    fn threads(&self) -> Option<usize> {
+        None
+    }
 
     /// Whether a native kernel exists for this node with these input types.
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool;

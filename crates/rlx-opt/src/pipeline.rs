@@ -141,17 +141,17 @@ pub fn supports_attention(backend: &dyn Backend) -> bool {
     backend.supports(&node, &[&q, &q, &q])
 }
 
-/// Backends whose attention and rope kernels read `HeadLayout::Bshd` values (the table lookup
-/// keys on op kind and dtypes, so it cannot tell). A backend joins by honoring the layout and
-/// its name here.
+/// Whether the backend's attention and rope kernels prefer `HeadLayout::Bshd` values (its
+/// `Capabilities::head_layout`) and it runs attention natively: then the head transposes fold in.
 pub fn honors_head_layout(backend: &dyn Backend) -> bool {
-    matches!(backend.name(), "cpu") && supports_attention(backend)
+    backend.capabilities().head_layout == rlx_ir::ops::HeadLayout::Bshd && supports_attention(backend)
 }
 
-/// Backends whose matmul kernel honors `transpose_a` / `transpose_b` (the table lookup cannot
-/// tell, since it keys on op kind and dtypes). A backend joins by honoring them and its name here.
+/// Whether the backend's matmul kernels honor `transpose_a` / `transpose_b` (its
+/// `Capabilities::matmul_transpose_flags`; the table lookup cannot tell, since it keys on op
+/// kind and dtypes).
 pub fn honors_matmul_flags(backend: &dyn Backend) -> bool {
-    matches!(backend.name(), "cpu")
+    backend.capabilities().matmul_transpose_flags
 }
 
 /// Adds the decomposition counts of an earlier legalization to a later report.

@@ -2,10 +2,17 @@
 
 use rlx_driver::{DispatchReport, Executable, ParamShare};
 use rlx_ir::{DType, Error, Graph, HostTensor, Result, Shape};
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
 /// A compiled graph: set params once, then run many times.
+///
+/// It is `Send` but not `Sync`, and `run` takes `&mut self` (runs write its arena): to serve
+/// several threads, put it behind a `Mutex`, or compile copies that share its params
+/// (`share_params_from`): they run at once while every shared param is read-only
+/// (`bind_param_external`), and take turns (one lock per run) once one is writable
+/// (`tests/concurrency.rs`).
 pub struct CompiledGraph {
     exe: Box<dyn Executable>,
     inputs: Vec<(String, Shape)>,
@@ -73,8 +80,8 @@ impl CompiledGraph {
     /// Sets a param from f32 values; they are converted to the param's dtype.
     pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<()> {
         let i = self.param_index(name)?;
-        let t = f32_tensor("param", name, &self.params[i].1, data)?;
-        self.set_param_index(i, &t.to_bytes())
+        let bytes = f32_bytes("param", name, &self.params[i].1, data)?;
+        self.set_param_index(i, &bytes)
     }
 
     /// Sets a param from little-endian bytes of exactly its dtype.
@@ -189,15 +196,18 @@ impl CompiledGraph {
     }
 
     /// Runs with f32 inputs (converted to each input's dtype); outputs are converted to f32.
+    /// f32 inputs are read in place and f32 outputs written straight into the returned vectors.
     pub fn run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>> {
         let ordered = self.order(inputs)?;
         let mut bytes = Vec::with_capacity(ordered.len());
         for ((name, shape), data) in self.inputs.iter().zip(ordered) {
-            bytes.push(f32_tensor("input", name, shape, data)?.to_bytes());
+            bytes.push(f32_bytes("input", name, shape, data)?);
         }
-        let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-        let outs = self.run_bytes(&refs)?;
-        outs.into_iter().zip(&self.outputs).map(|(b, s)| HostTensor::from_bytes(s.clone(), &b)?.to_f32_vec()).collect()
+        let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+        let mut outs: Vec<Output> = self.outputs.iter().map(Output::new).collect();
+        let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Output::bytes_mut).collect();
+        self.exe.run(&refs, &mut out_refs)?;
+        outs.into_iter().zip(&self.outputs).map(|(o, s)| o.into_f32(s)).collect()
     }
 
     /// Runs with little-endian inputs of exactly each input's dtype.
@@ -264,6 +274,55 @@ fn check_bytes(kind: &'static str, name: &str, shape: &Shape, bytes: &[u8], dtyp
         return Err(Error::DTypeMismatch { kind, name: name.into(), expected: shape.dtype, got: dtype });
     }
     check_len(kind, name, shape, bytes.len())
+}
+
+/// `data` as the bytes of `shape`'s dtype: the f32 values themselves when the dtype is f32
+/// (no copy), else converted with `HostTensor::cast`'s semantics.
+fn f32_bytes<'a>(kind: &'static str, name: &str, shape: &Shape, data: &'a [f32]) -> Result<Cow<'a, [u8]>> {
+    if shape.dtype == DType::F32 && cfg!(target_endian = "little") {
+        let n = shape.numel().unwrap_or(0);
+        if data.len() != n {
+            return Err(Error::DataLength {
+                kind,
+                name: name.into(),
+                shape: shape.clone(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        return Ok(Cow::Borrowed(bytemuck::cast_slice(data)));
+    }
+    Ok(Cow::Owned(f32_tensor(kind, name, shape, data)?.to_bytes()))
+}
+
+/// One output of `run`: f32 values the backend writes in place, or bytes of another dtype.
+enum Output {
+    F32(Vec<f32>),
+    Bytes(Vec<u8>),
+}
+
+impl Output {
+    fn new(s: &Shape) -> Output {
+        if s.dtype == DType::F32 && cfg!(target_endian = "little") {
+            Output::F32(vec![0f32; s.numel().unwrap_or(0)])
+        } else {
+            Output::Bytes(vec![0u8; s.size_bytes().unwrap_or(0)])
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Output::F32(v) => bytemuck::cast_slice_mut(v),
+            Output::Bytes(b) => b,
+        }
+    }
+
+    fn into_f32(self, s: &Shape) -> Result<Vec<f32>> {
+        match self {
+            Output::F32(v) => Ok(v),
+            Output::Bytes(b) => HostTensor::from_bytes(s.clone(), &b)?.to_f32_vec(),
+        }
+    }
 }
 
 fn f32_tensor(kind: &'static str, name: &str, shape: &Shape, data: &[f32]) -> Result<HostTensor> {

@@ -4,8 +4,9 @@
 //! backend lacks), and builds the backend's executable. `RLX_DISPATCH_REPORT=1` prints the
 //! dispatch report on every compile.
 //!
-//! Devices: `Cpu` always; `Wgpu` with the `wgpu` cargo feature (off by default: wgpu takes
-//! minutes to build), on the best GPU adapter wgpu finds.
+//! Devices: `Cpu` with the `cpu` cargo feature (on by default); `Wgpu` with the `wgpu` feature
+//! (off by default: wgpu takes minutes to build), on the best GPU adapter wgpu finds. A backend
+//! from another crate plugs in through `Session::with_backend`.
 #![warn(missing_docs)]
 
 mod compiled;
@@ -23,6 +24,8 @@ use std::sync::Arc;
 pub struct Session {
     device: Device,
     opts: rlx_opt::PipelineOptions,
+    /// A backend given by the caller (`with_backend`); None picks the built-in one for `device`.
+    custom: Option<Arc<dyn Backend>>,
 }
 
 /// Registers the availability probes of the backends this build has, so that
@@ -34,6 +37,8 @@ pub fn register_backends() {
         Device::Wgpu.register_probe(rlx_wgpu::gpu::probe);
         #[cfg(not(feature = "wgpu"))]
         Device::Wgpu.register_probe(|| Some("this build of rlx-runtime has no `wgpu` feature"));
+        #[cfg(not(feature = "cpu"))]
+        Device::Cpu.register_probe(|| Some("this build of rlx-runtime has no `cpu` feature"));
     });
 }
 
@@ -41,7 +46,17 @@ impl Session {
     /// A session for `device`. An unavailable device is reported by `compile`.
     pub fn new(device: Device) -> Self {
         register_backends();
-        Session { device, opts: rlx_opt::PipelineOptions::default() }
+        Session { device, opts: rlx_opt::PipelineOptions::default(), custom: None }
+    }
+
+    /// A session that compiles for `backend` instead of the built-in backend of a device: how a
+    /// backend from another crate (a third-party or test backend) plugs in. `device` is only what
+    /// `Session::device` reports (say `Device::Cpu` for a backend that runs on the host); every
+    /// compile goes through the same pipeline, legalization and dispatch report as the built-in
+    /// backends, steered by `backend.capabilities()` and its kernel table.
+    pub fn with_backend(device: Device, backend: Arc<dyn Backend>) -> Self {
+        register_backends();
+        Session { device, opts: rlx_opt::PipelineOptions::default(), custom: Some(backend) }
     }
 
     /// The device.
@@ -49,8 +64,14 @@ impl Session {
         self.device
     }
 
-    fn backend(&self) -> Result<Arc<dyn Backend>> {
+    /// The backend this session compiles for: the one given to `with_backend`, else the device's
+    /// built-in backend (an error naming why when the device is unavailable in this build).
+    pub fn backend(&self) -> Result<Arc<dyn Backend>> {
+        if let Some(b) = &self.custom {
+            return Ok(b.clone());
+        }
         match self.device {
+            #[cfg(feature = "cpu")]
             Device::Cpu => Ok(Arc::new(rlx_cpu::CpuBackend::new())),
             #[cfg(feature = "wgpu")]
             Device::Wgpu if Device::Wgpu.is_available() => Ok(Arc::new(rlx_wgpu::WgpuBackend::new())),
@@ -104,6 +125,27 @@ impl Session {
             .collect();
         let exe = backend.compile_stateful(&opt, &updates)?;
         Ok(CompiledGraph::new(&g, exe, report.dispatch))
+    }
+
+    /// The backend's per-kernel timing table since the last `reset_profile` (the CPU backend
+    /// records one under `RLX_PROFILE=1`); empty when it records none or the device is
+    /// unavailable.
+    pub fn profile_report(&self) -> String {
+        self.backend().map(|b| b.profile_report()).unwrap_or_default()
+    }
+
+    /// Clears the timings `profile_report` shows.
+    pub fn reset_profile(&self) {
+        if let Ok(b) = self.backend() {
+            b.reset_profile();
+        }
+    }
+
+    /// How many host threads the backend's kernels use (the CPU backend's pool, fixed per
+    /// process at first use: `RLX_NUM_THREADS` or every CPU the process may use); None for a
+    /// backend without a host pool or an unavailable device.
+    pub fn threads(&self) -> Option<usize> {
+        self.backend().ok()?.threads()
     }
 
     /// The dispatch report `compile` would produce, without compiling.

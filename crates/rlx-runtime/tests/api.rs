@@ -136,3 +136,37 @@ fn unavailable_device_is_an_error_and_report_shows_decompositions() {
     assert!(report.ops["round"].native >= 1);
     assert!(report.to_string().contains("fake_quant"));
 }
+
+/// `run` reads f32 inputs in place and converts the others (here f16 and i32), and returns f32
+/// outputs as written and the others converted: the same values `run_tensors` gives.
+#[test]
+fn run_converts_only_what_is_not_f32() {
+    let mut g = Graph::new("mixed");
+    let a = g.input("a", Shape::new(&[2, 3], DType::F32));
+    let h = g.input("h", Shape::new(&[2, 3], DType::F16));
+    let i = g.input("i", Shape::new(&[2, 3], DType::I32));
+    let w = g.param("w", Shape::new(&[2, 3], DType::F16));
+    let hf = g.cast(h, DType::F32);
+    let wf = g.cast(w, DType::F32);
+    let s = g.add(a, hf);
+    let s = g.mul(s, wf);
+    let sh = g.cast(s, DType::F16);
+    let ii = g.add(i, i);
+    g.set_outputs(vec![s, sh, ii]);
+    let mut c = Session::new(Device::Cpu).compile(g).unwrap();
+    c.set_param("w", &[1.0, 0.5, 2.0, -1.0, 0.1, 3.0]).unwrap();
+    let (av, hv, iv) =
+        ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [0.1f32, 0.2, 0.3, -0.4, 0.5, 0.6], [1.0f32, -2.0, 3.0, 4.0, 5.0, 7.9]);
+    let out = c.run(&[("a", &av), ("h", &hv), ("i", &iv)]).unwrap();
+    let t = |d: DType, v: &[f32]| HostTensor::from_f32(&[2, 3], v).unwrap().cast(d);
+    let (at, ht, it) = (t(DType::F32, &av), t(DType::F16, &hv), t(DType::I32, &iv));
+    let want = c.run_tensors(&[("a", &at), ("h", &ht), ("i", &it)]).unwrap();
+    for (o, w) in out.iter().zip(&want) {
+        assert_eq!(o, &w.to_f32_vec().unwrap());
+    }
+    // Spot values: f16 rounding of h, and the i32 input truncated (7.9 -> 7) then doubled.
+    assert_eq!(out[2], vec![2.0, -4.0, 6.0, 8.0, 10.0, 14.0]);
+    let h0 = HostTensor::from_f32(&[1], &[0.1]).unwrap().cast(DType::F16).to_f32_vec().unwrap()[0];
+    assert_ne!(h0, 0.1);
+    assert_eq!(out[0][0], 1.0 + h0);
+}

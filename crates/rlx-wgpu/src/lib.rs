@@ -77,6 +77,22 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn capabilities(&self) -> rlx_driver::Capabilities {
+        rlx_driver::Capabilities {
+            // The WGSL attention and rope kernels read `[batch, heads, seq, dim]` only.
+            head_layout: rlx_ir::ops::HeadLayout::Bhsd,
+            // The WGSL matmul reads row-major operands; transposes stay explicit nodes.
+            matmul_transpose_flags: false,
+            // `fused_matmul` runs its epilogue in the WGSL matmul.
+            matmul_epilogues: true,
+            // Models keep f32 caches here, as before capabilities existed.
+            half_kv_cache: false,
+            execution: rlx_driver::Execution::PerOpKernels,
+            // Updates are copied into the param buffers on the GPU after each run.
+            in_place_state: false,
+        }
+    }
+
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
         // Leaves (constants, full, arange) are evaluated on the host at compile time.
         if node.inputs.is_empty() {

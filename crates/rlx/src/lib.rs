@@ -1,5 +1,10 @@
 //! RLX: a machine-learning compiler and runtime.
 //!
+//! Cargo features pick the backends and layers built in: `cpu` (default, `Device::Cpu`),
+//! `wgpu` (alias `gpu`; `Device::Wgpu` on Vulkan, Metal or DX12), `nn` (default, `rlx::nn`) and
+//! `models` (default, `rlx::models`). A backend from another crate plugs in through
+//! `Session::with_backend`.
+//!
 //! ```
 //! use rlx::prelude::*;
 //!
@@ -23,6 +28,14 @@ pub use rlx_autodiff as autodiff;
 pub use rlx_driver as driver;
 pub use rlx_ir as ir;
 pub use rlx_runtime as runtime;
+
+/// Layers, losses, optimizers and `TrainStep` (the `nn` feature).
+#[cfg(feature = "nn")]
+pub use rlx_nn as nn;
+
+/// BERT-family embeddings and Qwen3 / Llama from GGUF (the `models` feature).
+#[cfg(feature = "models")]
+pub use rlx_models as models;
 
 pub use rlx_ir::{Error, Result};
 

@@ -74,7 +74,7 @@ impl Isa {
     /// The best the CPU supports (`RLX_QUANT_ISA=scalar|avx2` caps it on x86,
     /// `RLX_QUANT_ISA=scalar|neon` on aarch64, for comparisons).
     pub fn detect() -> Isa {
-        let cap = std::env::var("RLX_QUANT_ISA").unwrap_or_default();
+        let cap = setting("RLX_QUANT_ISA").unwrap_or_default();
         #[cfg(target_arch = "x86_64")]
         {
             let avx2 =
@@ -113,6 +113,31 @@ impl Isa {
     }
 }
 
+/// An `RLX_QUANT_*` setting, read when a kernel is built: the environment's, or in tests the
+/// calling thread's override (`with_settings`), so that one test process can build every path.
+fn setting(name: &str) -> Option<String> {
+    #[cfg(test)]
+    if let Some(v) = OVERRIDES.with(|o| o.borrow().iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())) {
+        return Some(v);
+    }
+    std::env::var(name).ok()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// `setting` overrides of this thread (tests).
+    static OVERRIDES: std::cell::RefCell<Vec<(&'static str, &'static str)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `settings` in place of the environment's on this thread (tests).
+#[cfg(test)]
+fn with_settings<R>(settings: &[(&'static str, &'static str)], f: impl FnOnce() -> R) -> R {
+    let old = OVERRIDES.with(|o| std::mem::replace(&mut *o.borrow_mut(), settings.to_vec()));
+    let r = f();
+    OVERRIDES.with(|o| *o.borrow_mut() = old);
+    r
+}
+
 /// A row dot product against one row of quantized activations.
 #[derive(Clone, Copy)]
 pub enum RowDot {
@@ -148,9 +173,9 @@ macro_rules! pick {
 /// four-block form ran no faster from DRAM here. `RLX_QUANT_BLOCKS=1` or `=4` forces either form
 /// for every scheme (for comparisons).
 pub fn row_dot(scheme: QuantScheme, isa: Isa) -> Option<RowDot> {
-    let four = match std::env::var("RLX_QUANT_BLOCKS").as_deref() {
-        Ok("1") => false,
-        Ok("4") => true,
+    let four = match setting("RLX_QUANT_BLOCKS").as_deref() {
+        Some("1") => false,
+        Some("4") => true,
         _ => scheme == QuantScheme::Q8_0,
     };
     row_dot_with(scheme, isa, four)
@@ -356,7 +381,7 @@ impl BuiltQMatMul {
 fn batched(scheme: QuantScheme, isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::env::var("RLX_QUANT_GEMM").map_or(true, |v| v != "0") && gemm::supported(scheme, isa)
+        setting("RLX_QUANT_GEMM").is_none_or(|v| v != "0") && gemm::supported(scheme, isa)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -370,7 +395,7 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
 /// (the int8 kernels instead, for comparisons).
 #[cfg(target_arch = "x86_64")]
 fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> bool {
-    let on = std::env::var("RLX_QUANT_AMX").map_or(true, |v| v != "0");
+    let on = setting("RLX_QUANT_AMX").is_none_or(|v| v != "0");
     let take = on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available();
     if take {
         AMX_ACT.reserve(amx::act_buffer_len(m, k));
@@ -390,7 +415,7 @@ fn amx_rows(_: QuantScheme, _: usize, _: usize) -> bool {
 fn repacked(scheme: QuantScheme, isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Vnni)
         && repack::group_block_bytes(scheme).is_some()
-        && std::env::var("RLX_QUANT_REPACK").map_or(true, |v| v != "0")
+        && setting("RLX_QUANT_REPACK").is_none_or(|v| v != "0")
 }
 
 impl BuiltQMatMul {
@@ -595,5 +620,7 @@ pub(crate) fn spread_thread_buffers() {
     amx::spread_panels();
 }
 
+#[cfg(test)]
+mod matrix;
 #[cfg(test)]
 mod tests;

@@ -56,8 +56,9 @@ impl std::fmt::Debug for LlmModel {
 
 impl LlmModel {
     /// Loads a GGUF model for `device` with room for `max_ctx` tokens per sequence (prompt and
-    /// generated); checks every weight's name and shape up front. The KV cache is f16 on the
-    /// CPU (as llama.cpp's default: half the memory and the bytes each decode step reads), f32
+    /// generated); checks every weight's name and shape up front. The KV cache is f16 where the
+    /// backend's attention reads half-precision caches (`Capabilities::half_kv_cache`: the CPU;
+    /// llama.cpp's default, half the memory and the bytes each decode step reads), f32
     /// elsewhere; `with_kv_dtype` picks another.
     pub fn load(path: impl AsRef<Path>, device: Device, max_ctx: usize) -> Result<Self> {
         let path = path.as_ref();
@@ -69,14 +70,18 @@ impl LlmModel {
         if max_ctx == 0 {
             return Err(Error::eval("llm", "max_ctx must be > 0"));
         }
+        let session = Session::new(device);
+        // The backend says whether its attention reads half-precision caches (an unavailable
+        // device keeps f32; `prepare` reports why it is unavailable).
+        let half_kv = session.backend().is_ok_and(|b| b.capabilities().half_kv_cache);
         Ok(LlmModel {
             path: p,
             cfg,
             weights: Arc::new(weights),
-            session: Session::new(device),
+            session,
             graphs: HashMap::new(),
             max_ctx,
-            kv_dtype: if device == Device::Cpu { DType::F16 } else { DType::F32 },
+            kv_dtype: if half_kv { DType::F16 } else { DType::F32 },
             state: None,
             io: Io::default(),
         })
