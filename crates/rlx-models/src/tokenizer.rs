@@ -83,9 +83,11 @@ impl TextTokenizer {
     pub fn from_bytes(bytes: &[u8], path: impl AsRef<Path>, max_len: usize) -> Result<Self> {
         let path = path.as_ref();
         let err = |reason: String| Error::ModelFile { path: path.display().to_string(), reason };
-        // `tokenizers` panics on some malformed JSON (its decoder reader unwraps the JSON error):
-        // the syntax is checked here first, so that every bad file is an error.
-        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| err(format!("bad tokenizer JSON: {e}")))?;
+        // `tokenizers` panics on any JSON error inside the decoder (its decoder reader unwraps
+        // it): the file is read here first as a JSON value, so that every bad file is an error.
+        // A value, not `IgnoredAny`: skipping a string or number checks neither that the string
+        // is UTF-8 nor that the number fits an f64, and the decoder reader checks both.
+        serde_json::from_slice::<Value>(bytes).map_err(|e| err(format!("bad tokenizer JSON: {e}")))?;
         let mut inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| err(format!("bad tokenizer: {e}")))?;
         if let Some(p) = inner.get_post_processor() {
             let p = serde_json::to_value(p).map_err(|e| err(format!("bad post-processor: {e}")))?;

@@ -63,6 +63,22 @@ fn tokenizer_json_that_tokenizers_would_panic_on_is_an_error() {
     assert!(e.contains("tok.json") && e.contains("bad tokenizer JSON") && e.contains("control character"), "{e}");
 }
 
+#[test]
+fn tokenizer_json_whose_decoder_holds_what_a_json_value_cannot_is_an_error() {
+    // Well-formed JSON syntax that is no JSON value inside the decoder: `tokenizers` unwrapped
+    // the error its decoder reader gets (a key that is not UTF-8 was the fuzz finding; the
+    // syntax check skipped strings' bytes and numbers' range).
+    for (bytes, why) in [
+        (&b"{\n  \"decoder\": {\"paddi\xff\xffng\": 100}}"[..], "invalid unicode code point"),
+        (b"{\"decoder\": {\"type\": \"\xc3\"}}", "invalid unicode code point"),
+        (b"{\"decoder\": [1e400]}", "number out of range"),
+        (b"{\"decoder\": \"\\ud800\"}", "hex escape"),
+    ] {
+        let e = TextTokenizer::from_bytes(bytes, "tok.json", 8).unwrap_err().to_string();
+        assert!(e.contains("tok.json") && e.contains("bad tokenizer JSON") && e.contains(why), "{e}");
+    }
+}
+
 /// The tiny-bert tokenizer with its post-processor changed by `edit`.
 fn edited_tokenizer(edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
     let text = std::fs::read_to_string(fixture("tiny-bert/tokenizer.json")).unwrap();

@@ -258,7 +258,7 @@ pub fn model_params(cfg: &GptConfig, store: &ParamStore) -> Result<ParamStore> {
         if t.dims() != p.dims || t.dtype() != DType::F32 {
             return Err(Error::eval(
                 "char-gpt",
-                format!("param `{}` is {}, the config needs f32{:?}", p.name, t.shape, p.dims),
+                format!("param `{}` is {}, the config needs {}", p.name, t.shape, Shape::new(&p.dims, DType::F32)),
             ));
         }
         s.insert(&p.name, t.clone());

@@ -80,9 +80,9 @@ fn params_of_the_wrong_dims_or_dtype_are_refused_by_name() {
     let mut wrong = store.clone();
     wrong.insert("wpe.w", HostTensor::from_f32(&[2, 8], &[0.0; 16]).unwrap());
     let e = resume_error(&cfg, &wrong);
-    assert!(e.contains("`wpe.w`") && e.contains("[4, 4]"), "{e}");
+    assert!(e.contains("`wpe.w` is f32[2,8]") && e.contains("needs f32[4,4]"), "{e}");
     let mut ints = store.clone();
     ints.insert("wpe.w", HostTensor::from_i64(&[4, 4], rlx_ir::DType::I32, &[0; 16]).unwrap());
     let e = resume_error(&cfg, &ints);
-    assert!(e.contains("`wpe.w`") && e.contains("i32"), "{e}");
+    assert!(e.contains("`wpe.w` is i32[4,4]"), "{e}");
 }
