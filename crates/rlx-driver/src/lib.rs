@@ -19,7 +19,10 @@ pub use caps::{Capabilities, Execution};
 pub use device::{Device, Probe};
 pub use legalize::{DispatchReport, OpDispatch, legalize};
 pub use movement::{is_identity_map, movement_index_map};
-pub use params::{DeviceSlot, ParamBuffer, ParamShare, RunGroup, find_device_share, lock_slot, share_device};
+pub use params::{
+    DeviceBind, DeviceSlot, ParamBuffer, ParamShare, RunGroup, bind_device_share, find_device_share, lock_slot,
+    share_device,
+};
 pub use table::{KernelEntry, KernelTable};
 
 use rlx_ir::{Graph, Node, Result, Shape};

@@ -221,6 +221,40 @@ pub fn find_device_share<T: Clone + 'static>(share: &ParamShare) -> Option<(T, r
     Some((v.downcast_ref::<T>()?.clone(), shape.clone()))
 }
 
+/// What a device backend's `bind_param` does with a share.
+pub enum DeviceBind<S> {
+    /// Use this slot (the share named one of this backend, with the param's shape).
+    Slot(S),
+    /// Upload these read-only host bytes (a memory-mapped file) once.
+    Upload(Vec<u8>),
+}
+
+/// The `bind_param` rule of backends whose params live on a device: a share of the same backend
+/// binds its slot; read-only host bytes are uploaded; writable host bytes are refused (the device
+/// would not see their writes), as is a slot of another shape.
+pub fn bind_device_share<S: Clone + 'static>(
+    share: &ParamShare,
+    index: usize,
+    want: &rlx_ir::Shape,
+    backend: &str,
+) -> rlx_ir::Result<DeviceBind<S>> {
+    if let Some((slot, shape)) = find_device_share::<S>(share) {
+        if &shape != want {
+            let why = format!("param #{index} is {want}, the shared value {shape}");
+            return Err(rlx_ir::Error::eval("bind_param", why));
+        }
+        return Ok(DeviceBind::Slot(slot));
+    }
+    if share.buffer.is_writable() {
+        let why = format!(
+            "param #{index}: a writable host buffer cannot back a {backend} param (the device would not see its \
+             writes); share between {backend} executables or use set_param"
+        );
+        return Err(rlx_ir::Error::Unsupported { backend: backend.into(), missing: why, report: String::new() });
+    }
+    Ok(DeviceBind::Upload(share.buffer.to_vec()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +271,12 @@ mod tests {
         assert_eq!(*lock_slot(&slot), Some(9));
         let host = ParamShare { buffer: Arc::new(ParamBuffer::zeroed(4)), group: None };
         assert!(find_device_share::<DeviceSlot<u32>>(&host).is_none());
+        // Binding: the slot, a shape mismatch, writable host bytes refused.
+        assert!(matches!(bind_device_share::<DeviceSlot<u32>>(&share, 0, &shape, "t"), Ok(DeviceBind::Slot(_))));
+        let other = rlx_ir::Shape::new(&[3], rlx_ir::DType::F32);
+        assert!(bind_device_share::<DeviceSlot<u32>>(&share, 0, &other, "t").is_err());
+        let e = bind_device_share::<DeviceSlot<u32>>(&host, 1, &shape, "t").err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("writable host buffer")));
     }
 
     #[test]

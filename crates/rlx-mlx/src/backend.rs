@@ -4,8 +4,8 @@ use crate::emit::EMITTERS;
 use crate::program::{Prog, V};
 use crate::shim::{Array, Compiled, RawArray, shim};
 use rlx_driver::{
-    Backend, Capabilities, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, find_device_share, lock_slot,
-    share_device,
+    Backend, Capabilities, DeviceBind, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, bind_device_share,
+    lock_slot, share_device,
 };
 use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
 use std::ffi::c_void;
@@ -67,6 +67,11 @@ impl Backend for MlxBackend {
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
         let Some(entry) = EMITTERS.lookup(node, inputs) else { return false };
         let Some(out) = node.ty.fixed_dims() else { return false };
+        // Leaves (constants, full, arange) take any attributes of a listed dtype; asking their
+        // emitter would copy a constant's bytes on every legalization round.
+        if node.inputs.is_empty() {
+            return true;
+        }
         let mut vals = vec![];
         for (i, s) in inputs.iter().enumerate() {
             let Some(d) = s.fixed_dims() else { return false };
@@ -194,11 +199,10 @@ impl Trace {
     fn replay(&self, fed: Vec<Array>, eager: bool) -> Result<Vec<Array>> {
         let shim = shim().map_err(|e| Error::eval("mlx", e))?;
         let mut vals = fed;
-        let mut k = 0;
         for step in &self.prog.steps {
             let out = if step.op == "@const" {
-                let c = &self.consts[k];
-                k += 1;
+                // The step names its constant by index.
+                let c = &self.consts[step.ints[0] as usize];
                 shim.op("identity", &[c], &[], &[], step.dt)?
             } else {
                 let ins: Vec<&Array> = step.ins.iter().map(|&i| &vals[i]).collect();
@@ -293,26 +297,18 @@ impl Executable for MlxExecutable {
         Ok(share_device(slot, &self.params[index]))
     }
 
-    /// A MLX share binds the same device value; read-only host bytes (a memory-mapped file)
-    /// are uploaded once; writable host bytes are refused (the MLX array would not see their writes).
+    /// Binds another MLX executable's slot (no copy), or uploads read-only host bytes once
+    /// (`rlx_driver::bind_device_share`).
     fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
         let want =
             self.params.get(index).ok_or_else(|| Error::eval("bind_param", format!("no param #{index}")))?.clone();
-        if let Some((slot, shape)) = find_device_share::<Slot>(&share) {
-            if shape != want {
-                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared value {shape}")));
+        match bind_device_share::<Slot>(&share, index, &want, "mlx")? {
+            DeviceBind::Slot(slot) => {
+                self.slots[index] = slot;
+                Ok(())
             }
-            self.slots[index] = slot;
-            return Ok(());
+            DeviceBind::Upload(bytes) => self.set_param(index, &bytes),
         }
-        if share.buffer.is_writable() {
-            let why = format!(
-                "param #{index}: a writable host buffer cannot back a MLX param (the MLX array would not see its \
-                 writes); share between MLX executables or use set_param"
-            );
-            return Err(Error::Unsupported { backend: "mlx".into(), missing: why, report: String::new() });
-        }
-        self.set_param(index, &share.buffer.to_vec())
     }
 
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
@@ -337,22 +333,14 @@ impl Executable for MlxExecutable {
                     .map_err(|e| self.trace.failure.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or(e))?
             }
             None => {
-                let mut vals = self.trace.replay(fed, self.mode == Mode::Eager)?;
-                let mut taken: Vec<Option<Array>> = vals.drain(..).map(Some).collect();
-                let mut out = vec![];
-                for &w in &self.trace.wanted {
-                    out.push(match taken[w].take() {
-                        Some(a) => a,
-                        None => shim.op(
-                            "identity",
-                            &[&out[self.trace.wanted.iter().position(|&x| x == w).unwrap_or(0)]],
-                            &[],
-                            &[],
-                            DType::F32,
-                        )?,
-                    });
-                }
-                out
+                let vals = self.trace.replay(fed, self.mode == Mode::Eager)?;
+                // Second handles (no copy), so a value wanted twice (an output that is also a
+                // state update) needs no bookkeeping.
+                self.trace
+                    .wanted
+                    .iter()
+                    .map(|&w| shim.op("identity", &[&vals[w]], &[], &[], DType::F32))
+                    .collect::<Result<Vec<Array>>>()?
             }
         };
         let refs: Vec<&Array> = got.iter().collect();

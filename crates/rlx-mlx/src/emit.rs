@@ -336,7 +336,7 @@ fn top_k(p: &mut Prog, n: &Node, i: &[V], d: &[usize]) -> Option<V> {
     let r = x.dims.len();
     let axis = r as i64 - 1;
     // Unsigned values would wrap when negated: sort them as i64.
-    let (x, kt) = if matches!(x.dt, DType::U8 | DType::U32) {
+    let (x, kt) = if x.dt.is_unsigned() {
         (p.op("astype", &[x], &[], &[], &x.dims.clone(), DType::I64), DType::I64)
     } else {
         (x.clone(), x.dt)

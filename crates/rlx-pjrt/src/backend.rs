@@ -5,8 +5,8 @@ use crate::error::PjrtError;
 use crate::lower::{self, Ctx, EMITTERS, V};
 use crate::plugin::{Buffer, Client, LoadedExecutable, default_client};
 use rlx_driver::{
-    Backend, Capabilities, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, find_device_share, lock_slot,
-    share_device,
+    Backend, Capabilities, DeviceBind, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, bind_device_share,
+    lock_slot, share_device,
 };
 use rlx_ir::{DType, Error, Graph, Node, Result, Shape};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -111,6 +111,11 @@ impl Backend for PjrtBackend {
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
         let Some(entry) = EMITTERS.lookup(node, inputs) else { return false };
         let Some(out) = node.ty.fixed_dims() else { return false };
+        // Leaves (constants, full, arange) take any attributes of a listed dtype; asking their
+        // emitter would copy a constant's bytes on every legalization round.
+        if node.inputs.is_empty() {
+            return true;
+        }
         let mut vals = vec![];
         for (i, s) in inputs.iter().enumerate() {
             let Some(d) = s.fixed_dims() else { return false };
@@ -215,26 +220,18 @@ impl Executable for PjrtExecutable {
         Ok(share_device(slot, &self.params[index]))
     }
 
-    /// A PJRT share binds the same device value; read-only host bytes (a memory-mapped file)
-    /// are uploaded once; writable host bytes are refused (the device would not see their writes).
+    /// Binds another PJRT executable's slot (no copy), or uploads read-only host bytes once
+    /// (`rlx_driver::bind_device_share`).
     fn bind_param(&mut self, index: usize, share: ParamShare) -> Result<()> {
         let want =
             self.params.get(index).ok_or_else(|| Error::eval("bind_param", format!("no param #{index}")))?.clone();
-        if let Some((slot, shape)) = find_device_share::<Slot>(&share) {
-            if shape != want {
-                return Err(Error::eval("bind_param", format!("param #{index} is {want}, the shared value {shape}")));
+        match bind_device_share::<Slot>(&share, index, &want, "pjrt")? {
+            DeviceBind::Slot(slot) => {
+                self.param_bufs[index] = slot;
+                Ok(())
             }
-            self.param_bufs[index] = slot;
-            return Ok(());
+            DeviceBind::Upload(bytes) => self.set_param(index, &bytes),
         }
-        if share.buffer.is_writable() {
-            let why = format!(
-                "param #{index}: a writable host buffer cannot back a PJRT param (the device would not see its \
-                 writes); share between PJRT executables or use set_param"
-            );
-            return Err(Error::Unsupported { backend: "pjrt".into(), missing: why, report: String::new() });
-        }
-        self.set_param(index, &share.buffer.to_vec())
     }
 
     fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {

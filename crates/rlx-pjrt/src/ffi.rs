@@ -109,7 +109,6 @@ pub const ERROR_CODE_NAMES: [&str; 17] = [
 ];
 
 /// `PJRT_Buffer_Type` values used here.
-#[allow(dead_code)]
 pub mod buffer_type {
     pub const PRED: i32 = 1;
     pub const S8: i32 = 2;

@@ -72,7 +72,7 @@ pub fn i64_array(v: impl IntoIterator<Item = impl ToString>) -> String {
 pub fn compare_attrs(dir: &str, dt: DType) -> String {
     let ty = match dt.class() {
         DTypeClass::Float => "FLOAT",
-        _ if matches!(dt, DType::U8 | DType::U32 | DType::Bool) => "UNSIGNED",
+        _ if dt.is_unsigned() || dt == DType::Bool => "UNSIGNED",
         _ => "SIGNED",
     };
     format!(

@@ -120,21 +120,14 @@ fn generic(lhs: &str, op: &str, args: &[&V], attrs: &str, region: &str, res_ty: 
     format!("    {lhs} = \"{op}\"({}){region}{attrs} : ({}) -> {res_ty}", names.join(", "), tys.join(", "))
 }
 
-/// The MLIR element type of a dtype.
+/// The MLIR element type of a dtype (RLX's name, except where MLIR spells it differently).
 pub fn elem_ty(dt: DType) -> &'static str {
     match dt {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::F64 => "f64",
-        DType::I8 => "i8",
-        DType::I16 => "i16",
-        DType::I32 => "i32",
-        DType::I64 => "i64",
         DType::U8 => "ui8",
         DType::U32 => "ui32",
         DType::Bool => "i1",
         DType::C64 => "complex<f32>",
+        d => d.name(),
     }
 }
 

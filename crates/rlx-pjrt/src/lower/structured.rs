@@ -1,7 +1,7 @@
 //! Emitters of the structured ops: reductions, matmul, layout, slicing, indexing, scans, sort.
 
 use super::emit::{broadcast, cmp, highest, i64_array, lowest};
-use super::{Check, Ctx, V, elem_ty, tensor_ty};
+use super::{Check, Ctx, V, tensor_ty};
 use rlx_ir::ops::{ReduceKind, TopKOutput};
 use rlx_ir::shape::normalize_axis;
 use rlx_ir::{DType, DTypeClass, Node, Op};
@@ -66,7 +66,7 @@ pub fn argmax(ctx: &mut Ctx, n: &Node, ins: &[V], dims: &[usize]) -> Option<V> {
     let m = reduce_axes(ctx, x, &[axis], "maximum", lowest(x.dt));
     let keep: Vec<usize> = x.dims.iter().enumerate().map(|(i, &d)| if i == axis { 1 } else { d }).collect();
     let m = ctx.op("reshape", &[&m], "", &keep, x.dt);
-    let m = broadcast_axes(ctx, &m, &x.dims);
+    let m = broadcast(ctx, &m, &x.dims);
     let mut hit = cmp(ctx, x, &m, "EQ");
     if x.dt.class() == DTypeClass::Float {
         let nan = cmp(ctx, x, x, "NE");
@@ -78,11 +78,6 @@ pub fn argmax(ctx: &mut Ctx, n: &Node, ins: &[V], dims: &[usize]) -> Option<V> {
     let r = reduce_axes(ctx, &idx, &[axis], "minimum", highest(DType::I64));
     let r = if r.dims == dims { r } else { ctx.op("reshape", &[&r], "", dims, DType::I64) };
     Some(if n.ty.dtype == DType::I64 { r } else { ctx.op("convert", &[&r], "", dims, n.ty.dtype) })
-}
-
-/// Broadcast of a same-rank value with size-1 axes.
-fn broadcast_axes(ctx: &mut Ctx, x: &V, dims: &[usize]) -> V {
-    broadcast(ctx, x, dims)
 }
 
 /// `a @ b` with numpy-broadcast batch dims and transpose flags: both operands are broadcast to
@@ -306,7 +301,6 @@ pub fn top_k(ctx: &mut Ctx, n: &Node, ins: &[V], dims: &[usize]) -> Option<V> {
         i64_array(&limits),
         i64_array(vec![1; r])
     );
-    let _ = elem_ty;
     Some(ctx.op("slice", &[pick], &attrs, dims, n.ty.dtype))
 }
 
