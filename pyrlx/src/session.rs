@@ -14,10 +14,7 @@ use std::sync::Mutex;
 
 /// A device from its name (`cpu`, `wgpu`, ...).
 pub fn device_arg(name: &str) -> PyResult<Device> {
-    Device::ALL.into_iter().find(|d| d.to_string() == name).ok_or_else(|| {
-        let known: Vec<String> = Device::ALL.iter().map(|d| d.to_string()).collect();
-        PyValueError::new_err(format!("unknown device `{name}`; devices are [{}]", known.join(", ")))
-    })
+    Device::from_name(name).map_err(PyValueError::new_err)
 }
 
 /// Compiles graphs for one device.

@@ -62,10 +62,7 @@ enum Cmd {
 }
 
 fn parse_device(name: &str) -> Result<Device, String> {
-    Device::ALL.into_iter().find(|d| d.to_string() == name.to_ascii_lowercase()).ok_or_else(|| {
-        let known: Vec<String> = Device::ALL.iter().map(|d| d.to_string()).collect();
-        format!("unknown device `{name}`; known: {}", known.join(", "))
-    })
+    Device::from_name(name)
 }
 
 fn main() -> ExitCode {

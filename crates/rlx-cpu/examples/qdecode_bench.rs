@@ -8,7 +8,7 @@
 //! `QBENCH_M=128`: prefill, 128 activation rows (the batched kernels; GMAC/s instead of GB/s).
 
 use rlx_cpu::threads::{num_threads, parallel_for};
-use rlx_driver::{Backend, Executable};
+use rlx_driver::Executable;
 use rlx_ir::{DType, Graph, QuantScheme, Shape};
 use std::time::Instant;
 
@@ -31,7 +31,7 @@ fn build(
     let y = g.qmatmul(x, w, s, k);
     g.set_outputs(vec![y]);
     let (legal, _) = rlx_driver::legalize(&g, cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(cpu, &legal).unwrap();
     exe.set_param(0, packed).unwrap();
     exe
 }

@@ -6,7 +6,7 @@
 //! Decode weights are spread over enough copies (about 256 MiB) that they stream from DRAM.
 
 use rlx_cpu::threads::{num_threads, parallel_for};
-use rlx_driver::{Backend, Executable};
+use rlx_driver::Executable;
 use rlx_ir::{DType, Graph, HostTensor, QuantScheme, Shape};
 use std::time::Instant;
 
@@ -30,7 +30,7 @@ fn build(
     let y = g.qmatmul(x, w, s, k);
     g.set_outputs(vec![y]);
     let (legal, _) = rlx_driver::legalize(&g, cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(cpu, &legal).unwrap();
     exe.set_param(0, packed).unwrap();
     exe
 }

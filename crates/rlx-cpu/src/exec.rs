@@ -3,9 +3,9 @@
 //! are resolved once (again only when a param is rebound).
 
 use crate::kernels::{Kernel, KernelCtx};
+use rlx_driver::memory::{MemoryPlan, SlotKind};
 use rlx_driver::{ParamBuffer, ParamShare, ParamUpdate, RunGroup};
 use rlx_ir::{Error, Graph, Op, Result, Shape};
-use rlx_opt::memory::{MemoryPlan, SlotKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -175,17 +175,20 @@ fn align64(n: usize) -> usize {
 }
 
 impl CpuExecutable {
-    /// Plans the arena with `rlx_opt::memory::plan` (liveness reuse, in place for `fused`,
-    /// views share their parent) and builds a kernel per node. `build` picks the kernel.
+    /// Plans the arena with `rlx_driver::memory::plan_updates` (liveness reuse, in place for
+    /// `fused`, views share their parent) and builds a kernel per node. `build` picks the kernel.
     pub fn new(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
-        Self::new_stateful(g, &[], build)
+        let plan = rlx_driver::memory::plan_updates(g, &[])?;
+        Self::new_stateful(g, &[], &plan, build)
     }
 
-    /// Like `new`, for a graph whose outputs include state updates: values computed in place
-    /// over their param cost nothing; the others are copied into the param after each run.
+    /// Like `new`, with the compile's memory plan (`plan_updates` of `g` and `updates`), for a
+    /// graph whose outputs include state updates: values the plan puts on their param cost
+    /// nothing; the others are copied into the param after each run.
     pub fn new_stateful(
         g: &Graph,
         updates: &[ParamUpdate],
+        plan: &MemoryPlan,
         build: impl Fn(&KernelCtx) -> Result<Kernel>,
     ) -> Result<Self> {
         let params = g.params();
@@ -196,8 +199,7 @@ impl CpuExecutable {
                 _ => return Err(Error::eval("cpu compile", format!("bad param update {u:?}"))),
             }
         }
-        let plan = rlx_opt::memory::plan_with_updates(g, &rlx_opt::memory::fused_in_place, &pairs)?;
-        let mut exe = Self::with_plan(g, &plan, build)?;
+        let mut exe = Self::with_plan(g, plan, build)?;
         let slot = |id: rlx_ir::NodeId| (plan.slots[id.index()].offset, plan.slots[id.index()].bytes);
         let copies: Vec<_> =
             pairs.iter().map(|&(p, v)| (slot(v), slot(p))).filter(|(src, dst)| src.0 != dst.0).collect();
@@ -622,7 +624,8 @@ mod tests {
             .collect();
         let table = crate::kernels::table();
         let next = std::sync::atomic::AtomicUsize::new(0);
-        CpuExecutable::new_stateful(&lowered, &updates, |ctx: &KernelCtx<'_>| {
+        let plan = rlx_driver::memory::plan_updates(&lowered, &updates).unwrap();
+        CpuExecutable::new_stateful(&lowered, &updates, &plan, |ctx: &KernelCtx<'_>| {
             let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
             let ins: Vec<&Shape> = ctx.ins.iter().collect();
             let mut k = (table.lookup(&node, &ins).expect("kernel").build)(ctx)?;

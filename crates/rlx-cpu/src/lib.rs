@@ -15,8 +15,8 @@ mod prefetch;
 pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
-use rlx_driver::{Backend, Capabilities, Executable, Execution, KernelTable, ParamUpdate};
-use rlx_ir::{Graph, Node, Result, Shape};
+use rlx_driver::{Backend, Capabilities, CompileRequest, Executable, Execution, KernelTable};
+use rlx_ir::{Node, Result, Shape};
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -73,12 +73,8 @@ impl Backend for CpuBackend {
         node.inputs.is_empty() || self.table.lookup(node, inputs).is_some()
     }
 
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
-        self.compile_stateful(g, &[])
-    }
-
-    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
-        let exe = exec::CpuExecutable::new_stateful(g, updates, |ctx: &KernelCtx<'_>| {
+    fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
+        let exe = exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
             let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
             let ins: Vec<&Shape> = ctx.ins.iter().collect();
             match self.table.lookup(&node, &ins) {

@@ -20,29 +20,12 @@ pub use shares::parallel_for;
 
 /// Threads RLX uses: `RLX_NUM_THREADS` if set to a positive number, else the CPUs this process
 /// may run on (the affinity mask and cgroup quota, via `available_parallelism`).
-/// Read once per process (reading the environment allocates).
+/// Read once per process (reading the configuration allocates).
 pub fn num_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
-        let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-        env_number("RLX_NUM_THREADS", 1, all as u64, "every CPU this process may use") as usize
+        rlx_driver::config().cpu.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     })
-}
-
-/// The whole number in environment variable `name`, `default` when it is unset; a value that is
-/// not a whole number of at least `min` is reported on stderr (once: callers cache the result)
-/// and `default` used, so a typo never goes unnoticed.
-fn env_number(name: &str, min: u64, default: u64, what: &str) -> u64 {
-    let Ok(raw) = std::env::var(name) else { return default };
-    parse_at_least(&raw, min).unwrap_or_else(|| {
-        eprintln!("rlx: {name}={raw:?} is not a whole number of at least {min}; using {default} ({what})");
-        default
-    })
-}
-
-/// `raw` (surrounding spaces allowed) as a whole number of at least `min`.
-fn parse_at_least(raw: &str, min: u64) -> Option<u64> {
-    raw.trim().parse::<u64>().ok().filter(|&n| n >= min)
 }
 
 type Task = dyn Fn(usize) + Sync;
@@ -57,9 +40,7 @@ fn spin_limit() -> std::time::Duration {
 /// `RLX_SPIN_US` when set (read once).
 fn spin_setting() -> Option<u64> {
     static US: OnceLock<Option<u64>> = OnceLock::new();
-    *US.get_or_init(|| {
-        std::env::var_os("RLX_SPIN_US").map(|_| env_number("RLX_SPIN_US", 0, SPIN_BASE_US, "the default"))
-    })
+    *US.get_or_init(|| rlx_driver::config().cpu.spin_us)
 }
 
 /// A worker's spin before parking, in microseconds, unless `RLX_SPIN_US` fixes it.
@@ -345,16 +326,6 @@ mod tests {
         let mut fixed = Spin { us: 0, adapts: false };
         fixed.parked_for(Duration::from_micros(1));
         assert_eq!(fixed.us, 0);
-    }
-
-    #[test]
-    fn thread_counts_and_spins_parse_as_whole_numbers_above_their_minimum() {
-        assert_eq!(parse_at_least("4", 1), Some(4));
-        assert_eq!(parse_at_least(" 2 ", 1), Some(2));
-        assert_eq!(parse_at_least("0", 0), Some(0));
-        for bad in ["0", "-1", "two", "", "1.5", "4 threads"] {
-            assert_eq!(parse_at_least(bad, 1), None, "{bad:?}");
-        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! an input or an input itself, an input whose bytes the plan reuses, and caller
 //! buffers too misaligned to be used in place (copied instead).
 
-use rlx_driver::{Backend, legalize};
+use rlx_driver::legalize;
 use rlx_ir::{DType, Graph, HostTensor, Shape, interp};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -16,7 +16,7 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
 fn check(g: &Graph, shift: usize) {
     let cpu = rlx_cpu::CpuBackend::new();
     let (legal, _) = legalize(g, &cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
     let feeds: Vec<(String, Vec<f32>)> = g
         .inputs()
         .iter()

@@ -2,7 +2,6 @@
 //! B packed once and reused) against the exact f64 product of the rounded inputs: every output
 //! within half an ulp of its dtype (the one rounding) plus the f32 summation bound.
 
-use rlx_driver::Backend;
 use rlx_ir::ops::matmul::{MatMul, matmul_dims_t};
 use rlx_ir::ops::util::broadcast_index_map;
 use rlx_ir::{DType, Graph, HostTensor, Shape};
@@ -67,7 +66,7 @@ fn check(dt: DType, ad: &[usize], bd: &[usize], ta: bool, tb: bool) {
     g.set_outputs(vec![y]);
     let cpu = rlx_cpu::CpuBackend::new();
     let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
     exe.set_param(0, &bt.to_bytes()).unwrap();
     let out_shape = legal.shape(legal.outputs()[0]).unwrap().clone();
     let od = out_shape.fixed_dims().unwrap();

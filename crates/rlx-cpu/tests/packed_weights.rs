@@ -1,7 +1,6 @@
 //! Weights packed ahead of time by the matmul kernels follow the param: a new value set with
 //! `set_param` between runs is seen by the next run (plain matmul and matmul with an epilogue).
 
-use rlx_driver::Backend;
 use rlx_ir::{DType, Graph, HostTensor, Shape};
 
 fn naive(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -32,7 +31,7 @@ fn set_param_between_runs_reaches_packed_weights() {
     let cpu = rlx_cpu::CpuBackend::new();
     // The pipeline fuses the bias and relu into the matmul's epilogue.
     let (opt, _) = rlx_opt::compile_pipeline(g, &cpu, rlx_opt::PrecisionPolicy::F32).unwrap();
-    let mut exe = cpu.compile(&opt).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &opt).unwrap();
     let xv: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
     let bv: Vec<f32> = (0..n).map(|j| (j as f32 - 30.0) / 10.0).collect();
     exe.set_param(1, &bytes(&bv)).unwrap();

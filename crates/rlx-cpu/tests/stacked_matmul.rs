@@ -3,7 +3,6 @@
 //! between runs, at shapes that take every path: decode rows, ragged n, row blocks. SwiGLU's
 //! gate and up (with and without biases) merged into one combining stacked matmul, likewise.
 
-use rlx_driver::Backend;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, HostTensor, Op, Shape, interp, testkit};
 
@@ -70,7 +69,7 @@ fn check_params(g: Graph, rows: usize, k: usize, n: usize, combine: bool) {
     let (opt, rep) = rlx_opt::compile_pipeline(g.clone(), &cpu, rlx_opt::PrecisionPolicy::F32).unwrap();
     let stacked = opt.nodes().iter().filter(|n| matches!(&n.op, Op::StackedMatMul(s) if s.combine == combine)).count();
     assert_eq!(stacked, 1, "{rows}x{k}x{n}: {}", rep.fusion);
-    let mut exe = cpu.compile(&opt).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &opt).unwrap();
     let params: Vec<(usize, Vec<usize>)> = opt
         .params()
         .iter()

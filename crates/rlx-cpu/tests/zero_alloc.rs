@@ -1,7 +1,6 @@
 //! `run` on the CPU performs no heap allocation once compiled and warm: a counting allocator
 //! sees none on any thread, pool workers included.
 
-use rlx_driver::Backend;
 use rlx_driver::alloc_count::{CountingAllocator, count};
 use rlx_ir::ops::quant::packed;
 use rlx_ir::{DType, Graph, HostTensor, QuantScheme, Shape};
@@ -16,7 +15,7 @@ static ALLOC: CountingAllocator = CountingAllocator;
 fn allocs_during_run(g: &Graph, params: &[HostTensor], inputs: &[HostTensor]) -> usize {
     let cpu = rlx_cpu::CpuBackend::new();
     let (legal, _) = rlx_driver::legalize(g, &cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
     for (i, p) in params.iter().enumerate() {
         exe.set_param(i, &p.to_bytes()).unwrap();
     }

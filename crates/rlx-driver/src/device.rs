@@ -26,10 +26,13 @@ pub enum Device {
     Rocm,
     /// Apple Metal.
     Metal,
+    /// Not a device: the runtime picks, per graph, the available device with the lowest
+    /// modelled time (and says why under `RLX_VERBOSE=1`).
+    Auto,
 }
 
 impl Device {
-    /// Every device kind.
+    /// Every device kind (`Auto` is a choice among them, not one of them).
     pub const ALL: [Device; 7] =
         [Device::Cpu, Device::Wgpu, Device::Mlx, Device::Tpu, Device::Cuda, Device::Rocm, Device::Metal];
 
@@ -42,6 +45,13 @@ impl Device {
     /// them (see `register_probe`); the CPU is available unless a probe says otherwise (a
     /// runtime built without its `cpu` feature registers one).
     pub fn unavailable_reason(self) -> Option<&'static str> {
+        if self == Device::Auto {
+            // A choice among the others: available when one of them is.
+            return match Device::ALL.iter().all(|d| !d.is_available()) {
+                true => Some("no device is available to choose from"),
+                false => None,
+            };
+        }
         let probe = PROBES.read().unwrap_or_else(|e| e.into_inner()).iter().find(|(d, _)| *d == self).map(|p| p.1);
         match probe {
             Some(p) => p(),
@@ -51,6 +61,16 @@ impl Device {
                  was built with, such as wgpu with its `wgpu` feature, when a Session is created)",
             ),
         }
+    }
+
+    /// The device named `name` (`cpu`, `wgpu`, ..., `auto`; any case), or an error listing the
+    /// names.
+    pub fn from_name(name: &str) -> Result<Device, String> {
+        let all = || Device::ALL.into_iter().chain([Device::Auto]);
+        all().find(|d| d.to_string().eq_ignore_ascii_case(name)).ok_or_else(|| {
+            let known: Vec<String> = all().map(|d| d.to_string()).collect();
+            format!("unknown device `{name}`; devices are {}", known.join(", "))
+        })
     }
 
     /// Registers the availability probe of this device's backend (the last one wins).
@@ -71,6 +91,7 @@ impl fmt::Display for Device {
             Device::Cuda => "cuda",
             Device::Rocm => "rocm",
             Device::Metal => "metal",
+            Device::Auto => "auto",
         };
         f.write_str(s)
     }

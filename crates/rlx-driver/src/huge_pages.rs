@@ -11,7 +11,7 @@ pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Whether `advise` asks for huge pages: yes unless `RLX_HUGE_PAGES=0` (read once).
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RLX_HUGE_PAGES").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| crate::config().cpu.huge_pages)
 }
 
 /// Asks the kernel to back `len` bytes from `ptr` with huge pages on their first touch

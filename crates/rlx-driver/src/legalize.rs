@@ -1,6 +1,7 @@
-//! Legalization: decompose what a backend lacks until everything is supported, and report it.
+//! Legalization: decompose what a backend lacks (or what the dispatch policy says to) until
+//! everything is supported, and report it.
 
-use crate::Backend;
+use crate::{Backend, CompileOptions};
 use rlx_ir::{Error, Graph, NodeId, Op, Result, Shape};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,8 +11,12 @@ use std::fmt;
 pub struct OpDispatch {
     /// Nodes run by a native kernel.
     pub native: usize,
-    /// Nodes replaced by their decomposition.
+    /// Nodes replaced by their decomposition into primitives (the "common IR"): the backend
+    /// lacks a kernel, or the dispatch policy asked for it.
     pub decomposed: usize,
+    /// Nodes the optimizer's rewrites and fusion removed (folded, merged into a pattern or a
+    /// fused region); counted by the compile pipeline, zero from `legalize` alone.
+    pub rewritten: usize,
     /// Nodes with neither, with their types (`f32[2,3] <- f16[2,3]`).
     pub missing: Vec<String>,
 }
@@ -35,9 +40,17 @@ impl DispatchReport {
 impl fmt::Display for DispatchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "dispatch report for backend `{}`:", self.backend)?;
-        writeln!(f, "  {:<16} {:>7} {:>10} {:>8}", "op", "native", "decomposed", "missing")?;
+        writeln!(f, "  {:<16} {:>7} {:>10} {:>10} {:>8}", "op", "native", "common-ir", "rewritten", "missing")?;
         for (name, d) in &self.ops {
-            writeln!(f, "  {:<16} {:>7} {:>10} {:>8}", name, d.native, d.decomposed, d.missing.len())?;
+            writeln!(
+                f,
+                "  {:<16} {:>7} {:>10} {:>10} {:>8}",
+                name,
+                d.native,
+                d.decomposed,
+                d.rewritten,
+                d.missing.len()
+            )?;
             for m in &d.missing {
                 writeln!(f, "      missing: {name} {m}")?;
             }
@@ -47,14 +60,22 @@ impl fmt::Display for DispatchReport {
 }
 
 /// Rewrites `g` so every node is natively supported by `backend`, decomposing composites
-/// (repeatedly, for composites of composites). Unsupported leftovers are an `Unsupported` error
-/// carrying the report.
+/// (repeatedly, for composites of composites) under the dispatch policy of
+/// `CompileOptions::default()` (`RLX_KERNEL_DISPATCH`). Unsupported leftovers are an
+/// `Unsupported` error carrying the report.
 pub fn legalize(g: &Graph, backend: &dyn Backend) -> Result<(Graph, DispatchReport)> {
+    legalize_with(g, backend, &CompileOptions::default())
+}
+
+/// As `legalize`, under `opts`'s dispatch policy: `Common` (or a kind in `force_common`)
+/// decomposes a composite even where the backend runs it natively; a kind in `force_native` is
+/// never decomposed, so without a native kernel it is reported missing.
+pub fn legalize_with(g: &Graph, backend: &dyn Backend, opts: &CompileOptions) -> Result<(Graph, DispatchReport)> {
     g.verify()?;
     let mut report = DispatchReport { backend: backend.name().to_string(), ops: BTreeMap::new() };
     let mut cur = g.clone();
     for _round in 0..16 {
-        let (next, changed) = legalize_once(&cur, backend, &mut report)?;
+        let (next, changed) = legalize_once(&cur, backend, opts, &mut report)?;
         cur = next;
         if !changed {
             break;
@@ -68,7 +89,12 @@ pub fn legalize(g: &Graph, backend: &dyn Backend) -> Result<(Graph, DispatchRepo
             entry.native += 1;
         } else {
             let tys: Vec<String> = ins.iter().map(|s| s.to_string()).collect();
-            let why = backend.missing_reason(n, &ins).map(|r| format!(": {r}")).unwrap_or_default();
+            let forced = !opts.may_decompose(n.op.kind());
+            let why = match backend.missing_reason(n, &ins) {
+                Some(r) => format!(": {r}"),
+                None if forced => ": kept native by CompileOptions::force_native".into(),
+                None => String::new(),
+            };
             entry.missing.push(format!("{} <- ({}){why}", n.ty, tys.join(", ")));
         }
     }
@@ -90,14 +116,22 @@ fn is_fed(op: &Op) -> bool {
 }
 
 /// One pass: copy supported nodes, expand unsupported ones that have a decomposition.
-fn legalize_once(g: &Graph, backend: &dyn Backend, report: &mut DispatchReport) -> Result<(Graph, bool)> {
+fn legalize_once(
+    g: &Graph,
+    backend: &dyn Backend,
+    opts: &CompileOptions,
+    report: &mut DispatchReport,
+) -> Result<(Graph, bool)> {
     let mut out = Graph::new(g.name());
     let mut map: Vec<NodeId> = Vec::with_capacity(g.len());
     let mut changed = false;
     for n in g.nodes() {
         let ins: Vec<NodeId> = n.inputs.iter().map(|x| map[x.index()]).collect();
         let in_tys: Vec<&Shape> = n.inputs.iter().map(|x| &g.nodes()[x.index()].ty).collect();
-        if !is_fed(&n.op) && !backend.supports(n, &in_tys) {
+        let kind = n.op.kind();
+        let decompose = !is_fed(&n.op)
+            && if backend.supports(n, &in_tys) { opts.decomposes(kind) } else { opts.may_decompose(kind) };
+        if decompose {
             let before = out.len();
             if let Some(id) = n.op.def().decompose(&mut out, &ins) {
                 out.check()?;
@@ -144,7 +178,7 @@ mod tests {
         fn missing_reason(&self, node: &Node, _: &[&Shape]) -> Option<String> {
             Some(format!("device lacks {}", node.ty.dtype))
         }
-        fn compile(&self, _: &Graph) -> Result<Box<dyn Executable>> {
+        fn compile(&self, _: &crate::CompileRequest<'_>) -> Result<Box<dyn Executable>> {
             Err(Error::eval("compile", "not in this test"))
         }
     }

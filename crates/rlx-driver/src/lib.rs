@@ -8,17 +8,24 @@
 pub mod alloc_count;
 pub mod block_quant;
 mod caps;
+pub mod config;
 mod device;
+mod fingerprint;
 pub mod huge_pages;
 mod legalize;
+pub mod memory;
 mod movement;
+mod options;
 mod params;
 mod table;
 
 pub use caps::{Capabilities, Execution};
+pub use config::config;
 pub use device::{Device, Probe};
-pub use legalize::{DispatchReport, OpDispatch, legalize};
+pub use fingerprint::fnv128;
+pub use legalize::{DispatchReport, OpDispatch, legalize, legalize_with};
 pub use movement::{is_identity_map, movement_index_map};
+pub use options::{CompileOptions, DispatchPolicy, ExecutionMode, PrecisionPolicy, Reports};
 pub use params::{
     DeviceBind, DeviceSlot, ParamBuffer, ParamShare, RunGroup, bind_device_share, find_device_share, lock_slot,
     share_device,
@@ -37,6 +44,14 @@ pub trait Backend: Send + Sync {
     /// flags, execution model). Default: `Capabilities::default()`, the conservative answer.
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
+    }
+
+    /// What, besides its name and capabilities, decides the graphs the pipeline makes for this
+    /// backend (the device and its features, the backend's version): part of the compile cache's
+    /// key, so that a cached graph is never reused on a device that would legalize it otherwise.
+    /// Default: empty.
+    fn cache_key(&self) -> String {
+        String::new()
     }
 
     /// The backend's per-kernel timing table since the last `reset_profile`, when it records
@@ -65,22 +80,50 @@ pub trait Backend: Send + Sync {
         None
     }
 
-    /// Compiles a graph that `legalize` has made fully supported.
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>>;
+    /// Compiles a graph that `legalize` has made fully supported, with the pipeline's memory
+    /// plan and the options of the compile (see `CompileRequest`).
+    fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>>;
+}
 
-    /// Compiles a graph whose trailing outputs are state updates (`Graph::lower_updates`): after
-    /// each run, output `u.output` is written into param `u.param`, and `run` returns only the
-    /// outputs that are not updates. Backends without state support say so.
-    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
-        if updates.is_empty() {
-            return self.compile(g);
-        }
-        Err(rlx_ir::Error::Unsupported {
-            backend: self.name().into(),
-            missing: "param updates (state kept across runs)".into(),
-            report: String::new(),
-        })
+/// What a backend compiles: a legalized graph and what the pipeline decided about it.
+#[derive(Debug, Clone, Copy)]
+pub struct CompileRequest<'a> {
+    /// The legalized, optimized graph.
+    pub graph: &'a Graph,
+    /// Its state updates (`Graph::lower_updates`): after each run, output `u.output` is written
+    /// into param `u.param`, and `run` returns only the outputs that are not updates. A backend
+    /// without state support returns `unsupported_updates` when this is not empty.
+    pub updates: &'a [ParamUpdate],
+    /// The memory plan of `graph` (liveness reuse, in place where it can be, updates on their
+    /// param's bytes where nothing reads the old value): per-op backends lay their buffers out by
+    /// it; whole-graph backends, whose compiler plans memory itself, may ignore it.
+    pub memory: &'a memory::MemoryPlan,
+    /// The compile's options.
+    pub options: &'a CompileOptions,
+}
+
+impl CompileRequest<'_> {
+    /// The error of a backend that keeps no state across runs, for a request with updates.
+    pub fn unsupported_updates(&self, backend: &str) -> rlx_ir::Error {
+        unsupported(backend, "param updates (state kept across runs)".into())
     }
+}
+
+/// Compiles a legalized `g` on `backend` without state updates, planning its memory and with the
+/// built-in options: for tests and tools that drive a backend directly (programs go through the
+/// runtime's `Session`, which runs the pipeline first).
+pub fn compile_graph(backend: &dyn Backend, g: &Graph) -> Result<Box<dyn Executable>> {
+    compile_graph_stateful(backend, g, &[])
+}
+
+/// As `compile_graph`, with state updates.
+pub fn compile_graph_stateful(
+    backend: &dyn Backend,
+    g: &Graph,
+    updates: &[ParamUpdate],
+) -> Result<Box<dyn Executable>> {
+    let memory = memory::plan_updates(g, updates)?;
+    backend.compile(&CompileRequest { graph: g, updates, memory: &memory, options: &CompileOptions::builtin() })
 }
 
 /// A state update of a compiled graph: after each run, param `param` (index in `Graph::params`
@@ -138,7 +181,7 @@ pub fn run_host(
     feeds: &[(&str, rlx_ir::HostTensor)],
 ) -> Result<Vec<rlx_ir::HostTensor>> {
     let (legal, _) = legalize(g, backend)?;
-    let mut exe = backend.compile(&legal)?;
+    let mut exe = compile_graph(backend, &legal)?;
     let find =
         |name: &str| {
             feeds.iter().find(|(n, _)| *n == name).map(|(_, t)| t.to_bytes()).ok_or_else(|| {

@@ -136,6 +136,18 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A backend failed to compile a graph the pipeline had legalized for it.
+    #[error("backend `{backend}` could not compile graph `{graph}`: {source}\n{report}")]
+    Compile {
+        /// Backend name.
+        backend: String,
+        /// Graph name.
+        graph: String,
+        /// The backend's error.
+        source: Box<Error>,
+        /// The dispatch report of the compile.
+        report: String,
+    },
     /// A transform (grad, jvp, vmap, ...) cannot handle an op or a graph.
     #[error("{transform}: op `{op}` (node %{node}): {reason}")]
     Transform {

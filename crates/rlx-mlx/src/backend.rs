@@ -4,39 +4,12 @@ use crate::emit::EMITTERS;
 use crate::program::{Prog, V};
 use crate::shim::{Array, Compiled, RawArray, shim};
 use rlx_driver::{
-    Backend, Capabilities, DeviceBind, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, bind_device_share,
-    lock_slot, share_device,
+    Backend, Capabilities, CompileRequest, DeviceBind, DeviceSlot, Executable, Execution, ExecutionMode as Mode,
+    ParamShare, ParamUpdate, bind_device_share, lock_slot, share_device,
 };
-use rlx_ir::{DType, Error, Graph, Node, Op, Result, Shape};
+use rlx_ir::{DType, Error, Node, Op, Result, Shape};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// When a run evaluates: once at the end (`Lazy`, the default), after every op (`Eager`, so a
-/// failure names its node), or as one `mx::compile`d function (`Compiled`).
-/// `RLX_MLX_MODE=lazy|eager|compiled` picks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Build the whole graph, evaluate once.
-    Lazy,
-    /// Evaluate after each op.
-    Eager,
-    /// `mx::compile` of the whole program (traced once, then run as one fused function).
-    Compiled,
-}
-
-impl Mode {
-    /// `RLX_MLX_MODE`, else `Lazy`; an unknown value is an error naming the choices.
-    pub fn from_env() -> Result<Mode> {
-        match std::env::var("RLX_MLX_MODE").as_deref() {
-            Err(_) | Ok("") | Ok("lazy") => Ok(Mode::Lazy),
-            Ok("eager") => Ok(Mode::Eager),
-            Ok("compiled") => Ok(Mode::Compiled),
-            Ok(other) => {
-                Err(Error::eval("RLX_MLX_MODE", format!("unknown mode `{other}`; use lazy, eager or compiled")))
-            }
-        }
-    }
-}
 
 /// Apple MLX through libmlx (`Device::Mlx`).
 #[derive(Default)]
@@ -95,13 +68,12 @@ impl Backend for MlxBackend {
         }
     }
 
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
-        self.compile_stateful(g, &[])
-    }
-
-    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
+    fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
+        let (g, updates) = (req.graph, req.updates);
         let shim = shim().map_err(|why| Error::DeviceUnavailable { device: "mlx".into(), reason: why.into() })?;
-        let mode = Mode::from_env()?;
+        // When a run evaluates: once at the end (`Lazy`, the default), after every op (`Eager`,
+        // so a failure names its node), or as one `mx::compile`d function (`Compiled`).
+        let mode = req.options.mode.or(rlx_driver::config().mlx.mode).unwrap_or(Mode::Lazy);
         let shape = |id: rlx_ir::NodeId| g.shape(id).cloned().unwrap_or(Shape::scalar(DType::F32));
         let fixed =
             |s: &Shape| s.fixed_dims().ok_or_else(|| Error::eval("mlx compile", format!("dynamic dims in {s}")));

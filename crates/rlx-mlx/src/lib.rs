@@ -6,7 +6,7 @@
 //! and a build without it still works (`Device::Mlx` then says why it is unavailable). A
 //! legalized graph becomes a list of shim calls (`program.rs`), decided per node by the emitter
 //! table (`emit.rs`, the backend's kernel table); a run replays the list, which builds MLX's lazy
-//! graph, and evaluates the outputs once (`RLX_MLX_MODE=eager` evaluates after every op so a
+//! graph, and evaluates the outputs once (`CompileOptions::mode` or `RLX_MLX_MODE` = `eager` evaluates after every op so a
 //! failure names its node).
 #![warn(missing_docs)]
 
@@ -16,4 +16,4 @@ mod program;
 mod quant;
 mod shim;
 
-pub use backend::{MlxBackend, Mode, probe};
+pub use backend::{MlxBackend, probe};

@@ -54,8 +54,11 @@ pub fn shim() -> std::result::Result<&'static Shim, &'static str> {
 
 fn load() -> std::result::Result<Shim, String> {
     let missing = env!("RLX_MLX_MISSING");
-    let path =
-        std::env::var("RLX_MLX_SHIM").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| env!("RLX_MLX_SHIM").into());
+    let path = rlx_driver::config()
+        .mlx
+        .shim
+        .as_ref()
+        .map_or_else(|| env!("RLX_MLX_SHIM").to_string(), |p| p.display().to_string());
     if path.is_empty() {
         return Err(missing.to_string());
     }
@@ -83,7 +86,7 @@ fn load() -> std::result::Result<Shim, String> {
         }
     };
     // The device is set explicitly: a CPU-only libmlx cannot make a GPU stream.
-    let gpu = std::env::var("RLX_MLX_DEVICE").is_ok_and(|v| v == "gpu");
+    let gpu = rlx_driver::config().mlx.gpu;
     // SAFETY: a plain call; the error string (if any) is freed by `check`.
     shim.check("set_device", unsafe { (shim.set_device)(gpu as i32) }).map_err(|e| e.to_string())?;
     Ok(shim)

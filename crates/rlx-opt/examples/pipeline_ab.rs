@@ -7,9 +7,9 @@
 //! `cargo run --release -p rlx-opt --example pipeline_ab [merge|head_layout] [runs] [rounds]`
 //! (this was `merge_ab [runs] [rounds]`)
 
-use rlx_driver::{Backend, Executable};
+use rlx_driver::Executable;
 use rlx_ir::{DType, Graph, OpTraits, Result};
-use rlx_opt::{FusionKind, PipelineOptions, compile_with, zoo};
+use rlx_opt::{CompileOptions, FusionKind, compile_with, zoo};
 use std::time::Instant;
 
 mod common;
@@ -47,14 +47,14 @@ enum Switch {
 
 fn ab(g: Graph, switch: Switch, runs: usize, rounds: usize) -> Result<()> {
     let cpu = rlx_cpu::CpuBackend::new();
-    let on = PipelineOptions::default();
+    let on = CompileOptions::default();
     let off = match switch {
-        Switch::Merge => PipelineOptions { merge_matmuls: false, ..on },
-        Switch::HeadLayout => PipelineOptions { head_layout: false, ..on },
+        Switch::Merge => CompileOptions { merge_matmuls: false, ..on.clone() },
+        Switch::HeadLayout => CompileOptions { head_layout: false, ..on.clone() },
     };
-    let (ga, ra) = compile_with(g.clone(), &cpu, off)?;
-    let (gb, rb) = compile_with(g.clone(), &cpu, on)?;
-    let (mut a, mut b) = (cpu.compile(&ga)?, cpu.compile(&gb)?);
+    let (ga, ra) = compile_with(g.clone(), &cpu, &off)?;
+    let (gb, rb) = compile_with(g.clone(), &cpu, &on)?;
+    let (mut a, mut b) = (rlx_driver::compile_graph(&cpu, &ga)?, rlx_driver::compile_graph(&cpu, &gb)?);
     let (ia, ib) = (prepare(a.as_mut(), &ga)?, prepare(b.as_mut(), &gb)?);
     let outs = |g: &Graph| -> Vec<Vec<u8>> {
         g.outputs().iter().map(|&o| vec![0u8; g.shape(o).and_then(|s| s.size_bytes()).unwrap_or(0)]).collect()

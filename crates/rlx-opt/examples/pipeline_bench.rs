@@ -4,9 +4,9 @@
 //!
 //! `cargo run --release -p rlx-opt --example pipeline_bench [runs]`
 
-use rlx_driver::{Backend, Executable, legalize};
+use rlx_driver::{Executable, legalize};
 use rlx_ir::{Graph, Result};
-use rlx_opt::{FusionKind, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with, plan, zoo};
+use rlx_opt::{CompileOptions, FusionKind, PrecisionPolicy, compile_pipeline, compile_with, plan, zoo};
 use std::time::Instant;
 
 mod common;
@@ -40,7 +40,7 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
         let t = Instant::now();
         let (o, _) = compile_pipeline(g.clone(), &cpu, PrecisionPolicy::F32)?;
         let t_pipe = t.elapsed().as_secs_f64() * 1e3;
-        let _exe = cpu.compile(&o)?;
+        let _exe = rlx_driver::compile_graph(&cpu, &o)?;
         compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
         if std::env::var_os("RLX_COMPILE_SPLIT").is_some() {
             println!("  pipeline {t_pipe:.1} ms, executable {:.1} ms", compile_ms.last().unwrap_or(&0.0) - t_pipe);
@@ -48,10 +48,10 @@ fn bench(g: Graph, runs: usize) -> Result<()> {
     }
     compile_ms.sort_by(f64::total_cmp);
     // The same pipeline without fusion: simplify, legalize, memory plan.
-    let (nofuse, nf_report) = compile_with(g.clone(), &cpu, PipelineOptions { fuse: false, ..Default::default() })?;
-    let mut a = cpu.compile(&plain)?;
-    let mut b = cpu.compile(&opt)?;
-    let mut c = cpu.compile(&nofuse)?;
+    let (nofuse, nf_report) = compile_with(g.clone(), &cpu, &CompileOptions { fuse: false, ..Default::default() })?;
+    let mut a = rlx_driver::compile_graph(&cpu, &plain)?;
+    let mut b = rlx_driver::compile_graph(&cpu, &opt)?;
+    let mut c = rlx_driver::compile_graph(&cpu, &nofuse)?;
     // Alternate the three so load changes hit all alike.
     let (mut ta, mut tb, mut tc) = (vec![], vec![], vec![]);
     let (mut oa, mut ob) = (vec![], vec![]);

@@ -26,7 +26,6 @@ pub mod engine;
 pub mod fuse;
 pub mod fuse_norm;
 pub mod fuse_reduce;
-pub mod memory;
 pub mod merge_matmul;
 pub mod patterns;
 pub mod pipeline;
@@ -41,5 +40,9 @@ pub use fuse::{fuse_elementwise, fuse_matmul_epilogues};
 pub use fuse_norm::fuse_norm_prologues;
 pub use memory::{MemoryPlan, Slot, SlotKind, plan};
 pub use merge_matmul::merge_sibling_matmuls;
-pub use pipeline::{CompileReport, PipelineOptions, PrecisionPolicy, compile_pipeline, compile_with};
+pub use pipeline::{CompileReport, Optimized, compile_pipeline, compile_with, optimize};
 pub use report::{Fusion, FusionKind, FusionReport, NotFused, Reason};
+/// The memory plan lives in rlx-driver (the pipeline makes it, backends receive it); re-exported
+/// here where it has always been.
+pub use rlx_driver::memory;
+pub use rlx_driver::{CompileOptions, DispatchPolicy, PrecisionPolicy};

@@ -1,63 +1,23 @@
 //! The compile pipeline: simplify, legalize for the backend, simplify again, fuse, plan memory.
-//! `RLX_DUMP=dir` writes the graph text after every stage; `RLX_FUSION_REPORT=1` prints the
-//! fusion report (what fused, and what could not and why) on every compile.
+//! `CompileOptions::dump` (`RLX_DUMP=dir`) writes the graph text after every stage;
+//! `reports.fusion` (`RLX_FUSION_REPORT=1`) prints the fusion report (what fused, and what could
+//! not and why) on every compile.
 
 use crate::engine::RuleSet;
 use crate::engine::{RewriteStats, rewrite};
 use crate::fuse::{fuse_elementwise, fuse_matmul_epilogues};
 use crate::fuse_norm::fuse_norm_prologues;
-use crate::memory::{MemoryPlan, fused_in_place, plan};
+use crate::memory::{MemoryPlan, plan_updates};
 use crate::merge_matmul::merge_sibling_matmuls;
 use crate::report::{FusionKind, FusionReport};
 use crate::rules::{MATMUL, SIMPLIFY};
-use rlx_driver::{Backend, DispatchReport, legalize};
-use rlx_ir::{Error, Graph, Result};
+use rlx_driver::{
+    Backend, CompileOptions, DispatchPolicy, DispatchReport, ParamUpdate, PrecisionPolicy, legalize_with,
+};
+use rlx_ir::{Error, Graph, OpKind, Result};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-
-/// Which float precision the compiled graph computes in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum PrecisionPolicy {
-    /// As built (no casts inserted).
-    #[default]
-    F32,
-    /// Contractions (matmul, attention, conv) and elementwise math in f16; reductions, norms
-    /// and softmax in f32 (see `precision`).
-    F16,
-    /// As `F16`, in bf16.
-    BF16,
-    /// Contractions in bf16; everything else in f32.
-    Auto,
-}
-
-/// Options of the pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PipelineOptions {
-    /// Float precision.
-    pub precision: PrecisionPolicy,
-    /// Run the rewrite rule sets.
-    pub simplify: bool,
-    /// Fuse elementwise regions.
-    pub fuse: bool,
-    /// Merge sibling matmuls into `stacked_matmul` (with `fuse`; `RLX_MERGE_MATMUL=0` also
-    /// turns it off, for A/B runs).
-    pub merge_matmuls: bool,
-    /// Let attention and rope read `[batch, seq, heads, dim]` values in place on backends that
-    /// honor it (`RLX_HEAD_LAYOUT=0` also turns it off, for A/B runs).
-    pub head_layout: bool,
-}
-
-impl Default for PipelineOptions {
-    fn default() -> Self {
-        PipelineOptions {
-            precision: PrecisionPolicy::F32,
-            simplify: true,
-            fuse: true,
-            merge_matmuls: true,
-            head_layout: true,
-        }
-    }
-}
 
 /// One stage: its name, node counts and what fired.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +41,8 @@ pub struct CompileReport {
     pub dispatch: DispatchReport,
     /// What fused.
     pub fusion: FusionReport,
-    /// The memory plan of the final graph (with the CPU's in-place rule).
+    /// The memory plan of the final graph (`rlx_driver::memory::plan_updates`): the one the
+    /// backend receives.
     pub memory: MemoryPlan,
 }
 
@@ -104,15 +65,15 @@ fn stats_detail(s: &RewriteStats) -> String {
     parts.join(" ")
 }
 
-/// Writes stage graphs when `RLX_DUMP` names a directory.
+/// Writes stage graphs when `CompileOptions::dump` names a directory.
 struct Dumper {
     dir: Option<PathBuf>,
     count: usize,
 }
 
 impl Dumper {
-    fn from_env() -> Self {
-        Dumper { dir: std::env::var_os("RLX_DUMP").filter(|d| !d.is_empty()).map(PathBuf::from), count: 0 }
+    fn new(dir: Option<PathBuf>) -> Self {
+        Dumper { dir, count: 0 }
     }
 
     fn dump(&mut self, stage: &str, g: &Graph) -> Result<()> {
@@ -123,7 +84,7 @@ impl Dumper {
     /// Writes `text` as `<graph>.<suffix>` in the dump directory.
     fn write(&self, graph: &str, suffix: &str, text: &str) -> Result<()> {
         let Some(dir) = &self.dir else { return Ok(()) };
-        let fail = |e: std::io::Error| Error::eval("RLX_DUMP", format!("cannot write to {}: {e}", dir.display()));
+        let fail = |e: std::io::Error| Error::eval("dump", format!("cannot write to {}: {e}", dir.display()));
         std::fs::create_dir_all(dir).map_err(fail)?;
         let name: String = graph.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
         std::fs::write(dir.join(format!("{name}.{suffix}")), text).map_err(fail)
@@ -163,17 +124,67 @@ fn merge_decomposed(into: &mut DispatchReport, from: &DispatchReport) {
     }
 }
 
-/// Compiles `g` for `backend` with the default options and `precision`.
-pub fn compile_pipeline(g: Graph, backend: &dyn Backend, precision: PrecisionPolicy) -> Result<(Graph, CompileReport)> {
-    compile_with(g, backend, PipelineOptions { precision, ..Default::default() })
+/// Nodes per op name.
+fn op_counts(g: &Graph) -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for n in g.nodes() {
+        *m.entry(n.op.def().name()).or_default() += 1;
+    }
+    m
 }
 
-/// The pipeline with explicit options. The result is verified, fully supported by `backend`
-/// (or an `Unsupported` error carrying the dispatch report), and planned.
-pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> Result<(Graph, CompileReport)> {
+/// Counts, as `rewritten`, the nodes of each op that a rewrite or fusion stage removed.
+fn count_rewritten(into: &mut BTreeMap<&'static str, usize>, before: &Graph, after: &Graph) {
+    let after = op_counts(after);
+    for (name, n) in op_counts(before) {
+        let left = after.get(name).copied().unwrap_or(0);
+        if n > left {
+            *into.entry(name).or_default() += n - left;
+        }
+    }
+}
+
+/// Compiles `g` for `backend` with the default options and `precision`.
+pub fn compile_pipeline(g: Graph, backend: &dyn Backend, precision: PrecisionPolicy) -> Result<(Graph, CompileReport)> {
+    compile_with(g, backend, &CompileOptions { precision, ..Default::default() })
+}
+
+/// The pipeline with explicit options, for a graph without state updates. The result is verified,
+/// fully supported by `backend` (or an `Unsupported` error carrying the dispatch report), and
+/// planned.
+pub fn compile_with(g: Graph, backend: &dyn Backend, opts: &CompileOptions) -> Result<(Graph, CompileReport)> {
+    optimize(g, backend, opts, &[]).map(|o| (o.graph, o.report))
+}
+
+/// What `optimize` returns.
+#[derive(Debug, Clone)]
+pub struct Optimized {
+    /// The optimized, legalized graph.
+    pub graph: Graph,
+    /// The state updates, as indices of `graph`'s params and outputs.
+    pub updates: Vec<ParamUpdate>,
+    /// Stages, dispatch, fusion and the memory plan (made with the updates).
+    pub report: CompileReport,
+}
+
+/// The whole pipeline: precision, simplify (with the named patterns the backend runs),
+/// legalize under the dispatch policy, simplify again, fuse, and one memory plan. `updates` are
+/// state updates of `g` (param and output indices in `g`'s order, as `Graph::lower_updates` makes
+/// them); they are placed on their params' bytes where the plan allows it.
+pub fn optimize(g: Graph, backend: &dyn Backend, opts: &CompileOptions, updates: &[ParamUpdate]) -> Result<Optimized> {
     g.verify()?;
-    let mut dump = Dumper::from_env();
+    let named: Vec<(String, usize)> = updates
+        .iter()
+        .map(|u| {
+            let name = g.params().get(u.param).map(|(_, n)| n.to_string());
+            name.map(|n| (n, u.output)).ok_or_else(|| {
+                Error::eval("optimize", format!("state update {u:?}: graph `{}` has no param #{}", g.name(), u.param))
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut dump = Dumper::new(opts.dump.clone());
     let mut stages = vec![];
+    let mut rewritten = BTreeMap::new();
     dump.dump("input", &g)?;
     let mut cur = g;
     if opts.precision != PrecisionPolicy::F32 {
@@ -191,8 +202,13 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
     // Matmul transpose flags are folded only for backends whose matmul kernels read them.
     let sets: Vec<RuleSet> =
         SIMPLIFY.iter().copied().filter(|s| s.name != MATMUL.name || honors_matmul_flags(backend)).collect();
-    let simplify = |cur: &mut Graph, name: &'static str, stages: &mut Vec<StageReport>, dump: &mut Dumper| {
-        let (next, st) = rewrite(cur, &sets)?;
+    let simplify = |cur: &mut Graph,
+                    name: &'static str,
+                    sets: &[RuleSet],
+                    stages: &mut Vec<StageReport>,
+                    dump: &mut Dumper,
+                    rewritten: &mut BTreeMap<&'static str, usize>| {
+        let (next, st) = rewrite(cur, sets)?;
         stages.push(StageReport {
             name,
             nodes_before: st.nodes_before,
@@ -200,35 +216,28 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
             detail: stats_detail(&st),
         });
         dump.dump(name, &next)?;
+        count_rewritten(rewritten, cur, &next);
         *cur = next;
         Ok::<(), Error>(())
     };
     if opts.simplify {
-        // Named patterns only before legalize: a decomposed attention is never re-formed.
+        // Named patterns only before legalize (a decomposed attention is never re-formed), and
+        // only for ops the dispatch policy lets run natively.
+        let native = |kind: OpKind| !opts.decomposes(kind);
         let mut with_patterns = sets.clone();
-        with_patterns.extend(supports_attention(backend).then_some(crate::patterns::ATTENTION));
-        let head_layout = opts.head_layout && std::env::var("RLX_HEAD_LAYOUT").map_or(true, |v| v != "0");
-        with_patterns.extend((head_layout && honors_head_layout(backend)).then_some(crate::patterns::HEAD_LAYOUT));
+        let attention = native(OpKind::Attention) && supports_attention(backend);
+        with_patterns.extend(attention.then_some(crate::patterns::ATTENTION));
         with_patterns.extend(
-            crate::cross_entropy::supports_cross_entropy(backend)
+            (attention && opts.head_layout && honors_head_layout(backend)).then_some(crate::patterns::HEAD_LAYOUT),
+        );
+        with_patterns.extend(
+            (native(OpKind::SoftmaxCrossEntropy) && crate::cross_entropy::supports_cross_entropy(backend))
                 .then_some(crate::cross_entropy::SOFTMAX_CROSS_ENTROPY),
         );
-        if with_patterns.len() > sets.len() {
-            let (next, st) = rewrite(&cur, &with_patterns)?;
-            stages.push(StageReport {
-                name: "simplify",
-                nodes_before: st.nodes_before,
-                nodes_after: st.nodes_after,
-                detail: stats_detail(&st),
-            });
-            dump.dump("simplify", &next)?;
-            cur = next;
-        } else {
-            simplify(&mut cur, "simplify", &mut stages, &mut dump)?;
-        }
+        simplify(&mut cur, "simplify", &with_patterns, &mut stages, &mut dump, &mut rewritten)?;
     }
     let before = cur.len();
-    let (legal, first) = legalize(&cur, backend)?;
+    let (legal, first) = legalize_with(&cur, backend, opts)?;
     let decomposed: usize = first.ops.values().map(|d| d.decomposed).sum();
     stages.push(StageReport {
         name: "legalize",
@@ -239,7 +248,7 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
     dump.dump("legalize", &legal)?;
     cur = legal;
     if opts.simplify {
-        simplify(&mut cur, "simplify-2", &mut stages, &mut dump)?;
+        simplify(&mut cur, "simplify-2", &sets, &mut stages, &mut dump, &mut rewritten)?;
     }
     let mut fusion = FusionReport::default();
     if opts.fuse {
@@ -250,8 +259,7 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
         let fused = crate::fuse_reduce::fuse_reduce_prologues(&fused, &supports, &mut rep)?;
         let fused = fuse_norm_prologues(&fused, &supports, &mut rep)?;
         // After epilogue fusion: siblings carry their bias and activation into the stacked op.
-        let merge = opts.merge_matmuls && std::env::var("RLX_MERGE_MATMUL").map_or(true, |v| v != "0");
-        let fused = if merge { merge_sibling_matmuls(&fused, &supports, &mut rep)? } else { fused };
+        let fused = if opts.merge_matmuls { merge_sibling_matmuls(&fused, &supports, &mut rep)? } else { fused };
         stages.push(StageReport {
             name: "fuse",
             nodes_before: before,
@@ -266,20 +274,39 @@ pub fn compile_with(g: Graph, backend: &dyn Backend, opts: PipelineOptions) -> R
             ),
         });
         dump.dump("fuse", &fused)?;
+        count_rewritten(&mut rewritten, &cur, &fused);
         cur = fused;
         fusion = rep;
     }
-    // The final graph must be fully native; this also gives the per-op counts.
-    let (last, mut dispatch) = legalize(&cur, backend)?;
+    // The final graph must be fully native (what the pipeline formed included, whatever the
+    // policy said of the input); this also gives the per-op counts.
+    let check = CompileOptions { dispatch: DispatchPolicy::PreferNative, force_common: vec![], ..opts.clone() };
+    let (last, mut dispatch) = legalize_with(&cur, backend, &check)?;
     if last.len() != cur.len() {
         return Err(Error::eval("compile_pipeline", "the optimized graph needed further decomposition"));
     }
     merge_decomposed(&mut dispatch, &first);
-    let memory = plan(&cur, &fused_in_place)?;
+    for (name, n) in rewritten {
+        dispatch.ops.entry(name.to_string()).or_default().rewritten += n;
+    }
+    let params = cur.params();
+    let updates = named
+        .iter()
+        .map(|(name, output)| {
+            let param = params.iter().position(|(_, n)| n == name).ok_or_else(|| {
+                Error::eval(
+                    "optimize",
+                    format!("param `{name}` of a state update vanished from graph `{}`", cur.name()),
+                )
+            })?;
+            Ok(ParamUpdate { param, output: *output })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let memory = plan_updates(&cur, &updates)?;
     dump.dump("final", &cur)?;
     dump.write(cur.name(), "fusion.txt", &fusion.to_string())?;
-    if std::env::var("RLX_FUSION_REPORT").is_ok_and(|v| v == "1") {
+    if opts.reports.fusion {
         eprintln!("{}: {fusion}", cur.name());
     }
-    Ok((cur, CompileReport { stages, dispatch, fusion, memory }))
+    Ok(Optimized { graph: cur, updates, report: CompileReport { stages, dispatch, fusion, memory } })
 }

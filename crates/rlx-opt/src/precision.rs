@@ -9,7 +9,7 @@
 //! Data-movement ops follow their input's dtype, so a reshape between two half ops adds no casts.
 //! Graph outputs keep their original dtypes.
 
-use crate::pipeline::PrecisionPolicy;
+use rlx_driver::PrecisionPolicy;
 use rlx_ir::{DType, Graph, NodeId, Op, OpKind, OpTraits, Result};
 use std::collections::HashMap;
 

@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, interp, testkit};
-use rlx_opt::{FusionKind, PipelineOptions, PrecisionPolicy, Reason};
+use rlx_opt::{CompileOptions, FusionKind, PrecisionPolicy, Reason};
 
 fn config(n: u32) -> ProptestConfig {
     if std::env::var_os("PROPTEST_CASES").is_some() { ProptestConfig::default() } else { ProptestConfig::with_cases(n) }
@@ -157,8 +157,8 @@ fn check_within(g: &Graph, tol: Option<(f64, f64)>) -> (Graph, rlx_opt::FusionRe
     for (a, b) in rlx_driver::run_host(cpu(), &opt, &fr).unwrap().iter().zip(&want) {
         testkit::compare_within(a, b, tol).unwrap();
     }
-    let off = PipelineOptions { merge_matmuls: false, ..Default::default() };
-    let (plain, _) = rlx_opt::compile_with(g.clone(), cpu(), off).unwrap();
+    let off = CompileOptions { merge_matmuls: false, ..Default::default() };
+    let (plain, _) = rlx_opt::compile_with(g.clone(), cpu(), &off).unwrap();
     assert!(!plain.nodes().iter().any(|n| matches!(n.op, Op::StackedMatMul(_))));
     (opt, rep.fusion)
 }
@@ -208,8 +208,8 @@ fn swiglu_pairs_combine_and_a_shared_up_stays_out() {
     let why = rep.rejected(|r| matches!(r, Reason::NotMergeable(w) if w.contains("2 consumers")));
     assert_eq!(why, 1, "{rep}");
     // Off switch: no combining either.
-    let off = PipelineOptions { merge_matmuls: false, ..Default::default() };
-    let (plain, _) = rlx_opt::compile_with(build(&c), cpu(), off).unwrap();
+    let off = CompileOptions { merge_matmuls: false, ..Default::default() };
+    let (plain, _) = rlx_opt::compile_with(build(&c), cpu(), &off).unwrap();
     assert_eq!(combined(&plain), 0);
 }
 

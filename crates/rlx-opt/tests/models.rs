@@ -5,7 +5,7 @@
 use rlx_driver::{Backend, legalize};
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, HostTensor, Op, interp, testkit};
-use rlx_opt::{PipelineOptions, PrecisionPolicy, zoo};
+use rlx_opt::{CompileOptions, PrecisionPolicy, zoo};
 
 fn feeds(g: &Graph) -> Vec<(String, HostTensor)> {
     let mut out = vec![];
@@ -102,8 +102,8 @@ fn mixed_precision_runs_every_model_close_to_f32() {
         for (policy, tol) in
             [(PrecisionPolicy::Auto, 1.5e-2), (PrecisionPolicy::BF16, 2e-2), (PrecisionPolicy::F16, 3e-3)]
         {
-            let opts = PipelineOptions { precision: policy, ..Default::default() };
-            let (opt, report) = rlx_opt::compile_with(g.clone(), cpu, opts).unwrap();
+            let opts = CompileOptions { precision: policy, ..Default::default() };
+            let (opt, report) = rlx_opt::compile_with(g.clone(), cpu, &opts).unwrap();
             let stage = report.stages.iter().find(|s| s.name == "precision").expect("a precision stage");
             assert!(stage.detail.contains("lowered:"), "{}", stage.detail);
             let half = if policy == PrecisionPolicy::F16 { DType::F16 } else { DType::BF16 };

@@ -5,10 +5,10 @@ use crate::error::PjrtError;
 use crate::lower::{self, Ctx, EMITTERS, V};
 use crate::plugin::{Buffer, Client, LoadedExecutable, default_client};
 use rlx_driver::{
-    Backend, Capabilities, DeviceBind, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate, bind_device_share,
-    lock_slot, share_device,
+    Backend, Capabilities, CompileRequest, DeviceBind, DeviceSlot, Executable, Execution, ParamShare, ParamUpdate,
+    bind_device_share, lock_slot, share_device,
 };
-use rlx_ir::{DType, Error, Graph, Node, Result, Shape};
+use rlx_ir::{DType, Error, Node, Result, Shape};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -131,25 +131,25 @@ impl Backend for PjrtBackend {
         complex.then(|| "rlx-pjrt has no complex (c64) emitters yet".into())
     }
 
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
-        self.compile_stateful(g, &[])
-    }
-
-    fn compile_stateful(&self, g: &Graph, updates: &[ParamUpdate]) -> Result<Box<dyn Executable>> {
+    fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
+        let (g, updates) = (req.graph, req.updates);
         let client = self.client()?.clone();
         let aliases: Vec<(usize, usize)> = updates.iter().map(|u| (u.param, u.output)).collect();
         let lowered = lower::lower_aliased(g, &aliases)?;
-        if let Some(dir) = std::env::var_os("RLX_DUMP").filter(|d| !d.is_empty()) {
-            let path = std::path::Path::new(&dir).join(format!("{}.stablehlo.mlir", g.name()));
-            std::fs::create_dir_all(&dir)
+        if let Some(dir) = &req.options.dump {
+            let path = dir.join(format!("{}.stablehlo.mlir", g.name()));
+            std::fs::create_dir_all(dir)
                 .and_then(|_| std::fs::write(&path, &lowered.text))
-                .map_err(|e| Error::eval("RLX_DUMP", format!("cannot write {}: {e}", path.display())))?;
+                .map_err(|e| Error::eval("dump", format!("cannot write {}: {e}", path.display())))?;
         }
-        let exe = match crate::cache::load(&client, &lowered.text) {
+        let cache_dir = req.options.cache_dir.as_deref().filter(|_| req.options.cache);
+        let exe = match cache_dir.and_then(|d| crate::cache::load(d, &client, &lowered.text)) {
             Some(exe) => exe,
             None => {
                 let exe = client.compile(g.name(), &lowered.text)?;
-                crate::cache::store(&client, &lowered.text, &exe);
+                if let Some(d) = cache_dir {
+                    crate::cache::store(d, &client, &lowered.text, &exe);
+                }
                 exe
             }
         };

@@ -144,13 +144,14 @@ impl Plugin {
 /// The paths `default_plugin` tries, in order: `RLX_PJRT_PLUGIN`, then libtpu (`TPU_LIBRARY_PATH`,
 /// then the loader's search path).
 pub fn plugin_candidates() -> Vec<PathBuf> {
+    let cfg = rlx_driver::config();
     let mut v = vec![];
-    if let Some(p) = std::env::var_os("RLX_PJRT_PLUGIN") {
-        v.push(PathBuf::from(p));
+    if let Some(p) = &cfg.pjrt.plugin {
+        v.push(p.clone());
         return v;
     }
-    if let Some(p) = std::env::var_os("TPU_LIBRARY_PATH") {
-        v.push(PathBuf::from(p));
+    if let Some(p) = &cfg.pjrt.tpu_library {
+        v.push(p.clone());
     }
     v.push(PathBuf::from("libtpu.so"));
     v
@@ -166,7 +167,7 @@ pub fn default_client() -> Result<Arc<Client>, PjrtError> {
         .get_or_init(|| {
             let mut tried = vec![];
             for p in plugin_candidates() {
-                let explicit = std::env::var_os("RLX_PJRT_PLUGIN").is_some();
+                let explicit = rlx_driver::config().pjrt.plugin.is_some();
                 match Plugin::load(&p) {
                     Ok(plugin) => return Client::new(Arc::new(plugin)).map(Arc::new),
                     // A file that exists but is unusable is that error, not "not found".

@@ -19,8 +19,12 @@ pub struct CompiledGraph {
     params: Vec<(String, Shape)>,
     param_set: Vec<bool>,
     input_bytes: Vec<usize>,
+    /// Inputs set ahead of `run` (`set_input`), in each input's dtype.
+    preset: Vec<Option<Vec<u8>>>,
     outputs: Vec<Shape>,
     report: DispatchReport,
+    source: crate::CompileSource,
+    device: rlx_driver::Device,
 }
 
 fn known(list: &[(String, Shape)]) -> Vec<String> {
@@ -28,13 +32,36 @@ fn known(list: &[(String, Shape)]) -> Vec<String> {
 }
 
 impl CompiledGraph {
-    pub(crate) fn new(g: &Graph, exe: Box<dyn Executable>, report: DispatchReport) -> Self {
+    pub(crate) fn new(
+        g: &Graph,
+        exe: Box<dyn Executable>,
+        report: DispatchReport,
+        source: crate::CompileSource,
+        device: rlx_driver::Device,
+    ) -> Self {
         let ty = |id: rlx_ir::NodeId| g.shape(id).cloned().unwrap_or(Shape::scalar(DType::F32));
         let inputs: Vec<(String, Shape)> = g.inputs().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
         let params: Vec<(String, Shape)> = g.params().iter().map(|(id, n)| (n.to_string(), ty(*id))).collect();
         let outputs = g.outputs().iter().map(|&o| ty(o)).collect();
         let input_bytes = inputs.iter().map(|(_, s)| s.size_bytes().unwrap_or(0)).collect();
-        CompiledGraph { exe, param_set: vec![false; params.len()], inputs, params, input_bytes, outputs, report }
+        let preset = vec![None; inputs.len()];
+        CompiledGraph {
+            exe,
+            param_set: vec![false; params.len()],
+            inputs,
+            params,
+            input_bytes,
+            preset,
+            outputs,
+            report,
+            source,
+            device,
+        }
+    }
+
+    /// The device this graph runs on (the one `Device::Auto` chose, for such a session).
+    pub fn device(&self) -> rlx_driver::Device {
+        self.device
     }
 
     /// Input names and types, in graph order.
@@ -55,6 +82,11 @@ impl CompiledGraph {
     /// How each op was dispatched (native / decomposed).
     pub fn dispatch_report(&self) -> &DispatchReport {
         &self.report
+    }
+
+    /// Where the optimized graph came from: the compile cache (memory or disk) or the optimizer.
+    pub fn compile_source(&self) -> crate::CompileSource {
+        self.source
     }
 
     fn param_index(&self, name: &str) -> Result<usize> {
@@ -169,8 +201,45 @@ impl CompiledGraph {
         Ok(())
     }
 
-    /// Orders named inputs by graph order, checking names, and that every param was set.
-    fn order<'a, T>(&self, given: &'a [(&str, T)]) -> Result<Vec<&'a T>> {
+    fn input_index(&self, name: &str) -> Result<usize> {
+        self.inputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::UnknownName {
+            kind: "input",
+            name: name.into(),
+            known: known(&self.inputs),
+        })
+    }
+
+    /// Sets input `name` from f32 values (converted to its dtype) ahead of `run`: every later
+    /// run that does not name it uses this value (a mask, positions, anything that seldom
+    /// changes). An input given to `run` wins for that run.
+    pub fn set_input(&mut self, name: &str, data: &[f32]) -> Result<()> {
+        let i = self.input_index(name)?;
+        let bytes = f32_bytes("input", name, &self.inputs[i].1, data)?.into_owned();
+        self.preset[i] = Some(bytes);
+        Ok(())
+    }
+
+    /// As `set_input`, from little-endian bytes of exactly the input's dtype.
+    pub fn set_input_typed(&mut self, name: &str, bytes: &[u8], dtype: DType) -> Result<()> {
+        let i = self.input_index(name)?;
+        check_bytes("input", name, &self.inputs[i].1, bytes, dtype)?;
+        self.preset[i] = Some(bytes.to_vec());
+        Ok(())
+    }
+
+    /// As `set_input`, from a host tensor of exactly the input's type.
+    pub fn set_input_tensor(&mut self, name: &str, t: &HostTensor) -> Result<()> {
+        self.set_input_typed(name, &t.to_bytes(), t.dtype())
+    }
+
+    /// Forgets every input set with `set_input`.
+    pub fn clear_inputs(&mut self) {
+        self.preset.iter_mut().for_each(|p| *p = None);
+    }
+
+    /// Orders named inputs by graph order, checking names, and that every param was set. An
+    /// input not given is None when `set_input` set it, else an error.
+    fn order<'a, T>(&self, given: &'a [(&str, T)]) -> Result<Vec<Option<&'a T>>> {
         if let Some(i) = self.param_set.iter().position(|s| !s) {
             let (name, shape) = &self.params[i];
             return Err(Error::ParamNotSet { name: name.clone(), shape: shape.clone() });
@@ -185,12 +254,11 @@ impl CompiledGraph {
         }
         self.inputs
             .iter()
-            .map(|(name, shape)| {
-                given
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v)
-                    .ok_or_else(|| Error::MissingInput { name: name.clone(), shape: shape.clone() })
+            .zip(&self.preset)
+            .map(|((name, shape), preset)| match given.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => Ok(Some(v)),
+                None if preset.is_some() => Ok(None),
+                None => Err(Error::MissingInput { name: name.clone(), shape: shape.clone() }),
             })
             .collect()
     }
@@ -200,8 +268,12 @@ impl CompiledGraph {
     pub fn run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>> {
         let ordered = self.order(inputs)?;
         let mut bytes = Vec::with_capacity(ordered.len());
-        for ((name, shape), data) in self.inputs.iter().zip(ordered) {
-            bytes.push(f32_bytes("input", name, shape, data)?);
+        for (((name, shape), data), preset) in self.inputs.iter().zip(ordered).zip(&self.preset) {
+            bytes.push(match (data, preset) {
+                (Some(data), _) => f32_bytes("input", name, shape, data)?,
+                (None, Some(p)) => Cow::Borrowed(&p[..]),
+                (None, None) => unreachable!("`order` reports an input neither given nor set"),
+            });
         }
         let refs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
         let mut outs: Vec<Output> = self.outputs.iter().map(Output::new).collect();
@@ -214,11 +286,20 @@ impl CompiledGraph {
     pub fn run_typed(&mut self, inputs: &[(&str, &[u8], DType)]) -> Result<Vec<(Vec<u8>, DType)>> {
         let pairs: Vec<(&str, (&[u8], DType))> = inputs.iter().map(|(n, b, d)| (*n, (*b, *d))).collect();
         let ordered = self.order(&pairs)?;
-        for ((name, shape), (b, d)) in self.inputs.iter().zip(&ordered) {
-            check_bytes("input", name, shape, b, *d)?;
+        let mut refs: Vec<&[u8]> = Vec::with_capacity(ordered.len());
+        for (((name, shape), given), preset) in self.inputs.iter().zip(&ordered).zip(&self.preset) {
+            match (given, preset) {
+                (Some((b, d)), _) => {
+                    check_bytes("input", name, shape, b, *d)?;
+                    refs.push(b);
+                }
+                (None, Some(p)) => refs.push(p),
+                (None, None) => unreachable!("`order` reports an input neither given nor set"),
+            }
         }
-        let refs: Vec<&[u8]> = ordered.iter().map(|(b, _)| *b).collect();
-        let outs = self.run_bytes(&refs)?;
+        let mut outs: Vec<Vec<u8>> = self.outputs.iter().map(|s| vec![0u8; s.size_bytes().unwrap_or(0)]).collect();
+        let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
+        self.exe.run(&refs, &mut out_refs)?;
         Ok(outs.into_iter().zip(&self.outputs).map(|(b, s)| (b, s.dtype)).collect())
     }
 
@@ -228,13 +309,6 @@ impl CompiledGraph {
         let typed: Vec<(&str, &[u8], DType)> = bytes.iter().map(|(n, b, d)| (*n, b.as_slice(), *d)).collect();
         let outs = self.run_typed(&typed)?;
         outs.into_iter().zip(&self.outputs).map(|((b, _), s)| HostTensor::from_bytes(s.clone(), &b)).collect()
-    }
-
-    fn run_bytes(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
-        let mut outs: Vec<Vec<u8>> = self.outputs.iter().map(|s| vec![0u8; s.size_bytes().unwrap_or(0)]).collect();
-        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
-        self.exe.run(inputs, &mut refs)?;
-        Ok(outs)
     }
 
     /// Runs into caller-owned output buffers (no allocation on the CPU backend). Inputs are

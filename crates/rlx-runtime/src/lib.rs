@@ -1,8 +1,10 @@
 //! rlx-runtime: `Session::new(device).compile(graph)` gives a `CompiledGraph`.
 //!
-//! Compile verifies the graph, legalizes it for the device's backend (decomposing what the
-//! backend lacks), and builds the backend's executable. `RLX_DISPATCH_REPORT=1` prints the
-//! dispatch report on every compile.
+//! Compile verifies the graph, runs the optimizer for the device's backend (`rlx_opt::optimize`:
+//! rewrites, legalization under the dispatch policy, fusion, one memory plan), and builds the
+//! backend's executable from that plan. `CompileOptions` steer it (their defaults come from the
+//! environment: `docs/configuration.md`); the compile cache (`cache`) skips the optimizer for a
+//! graph it has seen with the same options and backend.
 //!
 //! Devices: `Cpu` with the `cpu` cargo feature (on by default); `Wgpu` with the `wgpu` feature
 //! (off by default: wgpu takes minutes to build), on the best GPU adapter wgpu finds; `Tpu` with
@@ -11,13 +13,18 @@
 //! from another crate plugs in through `Session::with_backend`.
 #![warn(missing_docs)]
 
+mod auto;
+mod cache;
 mod compiled;
 mod dynamic;
 
+pub use auto::{AutoChoice, DeviceProfile, GraphWork, choose};
+pub use cache::{CacheStats, CompileSource, cache_stats, clear_memory_cache};
 pub use compiled::CompiledGraph;
 pub use dynamic::DynamicGraph;
+pub use rlx_driver::{CompileOptions, DispatchPolicy, ExecutionMode, PrecisionPolicy, Reports};
 
-use rlx_driver::{Backend, Device, DispatchReport};
+use rlx_driver::{Backend, CompileRequest, Device, DispatchReport, ParamUpdate};
 use rlx_ir::{Error, Graph, Result};
 use std::sync::Arc;
 
@@ -25,7 +32,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Session {
     device: Device,
-    opts: rlx_opt::PipelineOptions,
+    opts: CompileOptions,
     /// A backend given by the caller (`with_backend`); None picks the built-in one for `device`.
     custom: Option<Arc<dyn Backend>>,
 }
@@ -56,7 +63,7 @@ impl Session {
     /// A session for `device`. An unavailable device is reported by `compile`.
     pub fn new(device: Device) -> Self {
         register_backends();
-        Session { device, opts: rlx_opt::PipelineOptions::default(), custom: None }
+        Session { device, opts: CompileOptions::default(), custom: None }
     }
 
     /// A session that compiles for `backend` instead of the built-in backend of a device: how a
@@ -66,7 +73,7 @@ impl Session {
     /// backends, steered by `backend.capabilities()` and its kernel table.
     pub fn with_backend(device: Device, backend: Arc<dyn Backend>) -> Self {
         register_backends();
-        Session { device, opts: rlx_opt::PipelineOptions::default(), custom: Some(backend) }
+        Session { device, opts: CompileOptions::default(), custom: Some(backend) }
     }
 
     /// The device.
@@ -89,6 +96,11 @@ impl Session {
             Device::Mlx if Device::Mlx.is_available() => Ok(Arc::new(rlx_mlx::MlxBackend::new())),
             #[cfg(feature = "tpu")]
             Device::Tpu if Device::Tpu.is_available() => Ok(Arc::new(rlx_pjrt::PjrtBackend::new())),
+            Device::Auto => Err(Error::DeviceUnavailable {
+                device: "auto".into(),
+                reason: "Device::Auto picks a device per graph when it compiles (Session::choose_device names it)"
+                    .into(),
+            }),
             d => Err(Error::DeviceUnavailable {
                 device: d.to_string(),
                 reason: d.unavailable_reason().unwrap_or("unknown").into(),
@@ -96,16 +108,31 @@ impl Session {
         }
     }
 
-    /// Sets the optimizer options (precision, rewrites, fusion) used by `compile`.
-    pub fn with_pipeline(mut self, opts: rlx_opt::PipelineOptions) -> Self {
+    /// Sets the options every `compile` of this session uses (precision, dispatch policy,
+    /// rewrites and fusion, reports, threads, cache).
+    pub fn with_options(mut self, opts: CompileOptions) -> Self {
         self.opts = opts;
         self
     }
 
-    /// Verifies, optimizes and legalizes `g` (`rlx_opt::compile_with`), then compiles it.
-    /// `RLX_DISPATCH_REPORT=1` prints the dispatch report, `RLX_COMPILE_REPORT=1` the pipeline
-    /// report (stages, fusion, memory plan), `RLX_DUMP=dir` writes the graph after every stage.
+    /// The options `compile` uses.
+    pub fn options(&self) -> &CompileOptions {
+        &self.opts
+    }
+
+    /// Verifies and optimizes `g` for the backend (or takes the optimized graph from the compile
+    /// cache), then builds the backend's executable. Reports and dumps follow the options
+    /// (`RLX_DISPATCH_REPORT=1`, `RLX_COMPILE_REPORT=1`, `RLX_DUMP=dir`, `RLX_VERBOSE=1`). A
+    /// backend's failure to compile is an `Error::Compile` carrying the dispatch report.
     pub fn compile(&self, g: Graph) -> Result<CompiledGraph> {
+        if self.device == Device::Auto && self.custom.is_none() {
+            let choice = self.choose_device(&g)?;
+            if self.opts.reports.verbose {
+                eprintln!("rlx: {choice}");
+            }
+            return Session { device: choice.device, ..self.clone() }.compile(g);
+        }
+        let start = std::time::Instant::now();
         let backend = self.backend()?;
         g.verify()?;
         if let Some((node, symbol)) = g.first_symbol() {
@@ -113,32 +140,52 @@ impl Session {
         }
         // State updates travel as trailing outputs through the optimizer.
         let (lowered, update_outputs) = g.lower_updates();
-        let (opt, mut report) = rlx_opt::compile_with(lowered, backend.as_ref(), self.opts)?;
-        // The report's memory plan, as the CPU executor lays it out: updates in place where they can be.
-        let opt_params = opt.params();
-        let pairs: Vec<(rlx_ir::NodeId, rlx_ir::NodeId)> = update_outputs
-            .iter()
-            .filter_map(|(name, o)| Some((opt_params.iter().find(|(_, n)| n == name)?.0, *opt.outputs().get(*o)?)))
-            .collect();
-        if !pairs.is_empty() {
-            report.memory = rlx_opt::memory::plan_with_updates(&opt, &rlx_opt::memory::fused_in_place, &pairs)?;
-        }
-        if std::env::var("RLX_DISPATCH_REPORT").is_ok_and(|v| v == "1") {
-            eprintln!("{}", report.dispatch);
-        }
-        if std::env::var("RLX_COMPILE_REPORT").is_ok_and(|v| v == "1") {
-            eprintln!("{report}");
-        }
-        let params = g.params();
-        let updates: Vec<rlx_driver::ParamUpdate> = update_outputs
+        let lowered_params = lowered.params();
+        let updates: Vec<ParamUpdate> = update_outputs
             .iter()
             .filter_map(|(name, output)| {
-                let param = params.iter().position(|(_, n)| n == name)?;
-                Some(rlx_driver::ParamUpdate { param, output: *output })
+                let param = lowered_params.iter().position(|(_, n)| n == name)?;
+                Some(ParamUpdate { param, output: *output })
             })
             .collect();
-        let exe = backend.compile_stateful(&opt, &updates)?;
-        Ok(CompiledGraph::new(&g, exe, report.dispatch))
+        let opts = &self.opts;
+        let key = cache::Key::new(&lowered, &updates, opts, backend.as_ref());
+        let (o, source) = cache::optimized(&key, opts, backend.as_ref(), || {
+            rlx_opt::optimize(lowered.clone(), backend.as_ref(), opts, &updates)
+        })?;
+        if opts.reports.dispatch {
+            eprintln!("{}", o.report.dispatch);
+        }
+        if opts.reports.compile {
+            eprintln!("{}", o.report);
+        }
+        let req = CompileRequest { graph: &o.graph, updates: &o.updates, memory: &o.report.memory, options: opts };
+        let exe = backend.compile(&req).map_err(|e| match e {
+            e @ Error::DeviceUnavailable { .. } => e,
+            e => Error::Compile {
+                backend: backend.name().into(),
+                graph: g.name().into(),
+                source: Box::new(e),
+                report: o.report.dispatch.to_string(),
+            },
+        })?;
+        if opts.reports.verbose {
+            let from = match source {
+                CompileSource::Memory => "cache hit (memory)",
+                CompileSource::Disk => "cache hit (disk)",
+                CompileSource::Pipeline => "cache miss",
+            };
+            eprintln!(
+                "rlx: compiled `{}` for {} ({}): {} -> {} nodes, {from}, {:.1} ms",
+                g.name(),
+                backend.name(),
+                self.device,
+                lowered.len(),
+                o.graph.len(),
+                start.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        Ok(CompiledGraph::new(&g, exe, o.report.dispatch.clone(), source, self.device))
     }
 
     /// The backend's per-kernel timing table since the last `reset_profile` (the CPU backend
@@ -162,9 +209,25 @@ impl Session {
         self.backend().ok()?.threads()
     }
 
-    /// The dispatch report `compile` would produce, without compiling.
+    /// The device `Device::Auto` would run `g` on, and why: the available device with the lowest
+    /// modelled time for the graph's work (each device measured once per process by a short
+    /// probe; see `DeviceProfile`).
+    pub fn choose_device(&self, g: &Graph) -> Result<AutoChoice> {
+        let profiles = auto::profiles();
+        auto::choose(GraphWork::of(g), &profiles).ok_or_else(|| {
+            let why: Vec<String> =
+                profiles.iter().filter_map(|(d, p)| p.as_ref().err().map(|e| format!("{d}: {e}"))).collect();
+            Error::DeviceUnavailable {
+                device: "auto".into(),
+                reason: format!("no device to choose: {}", why.join("; ")),
+            }
+        })
+    }
+
+    /// The dispatch report of legalizing `g` under this session's options, without compiling
+    /// (no rewrites, so the `rewritten` column is zero).
     pub fn dispatch_report(&self, g: &Graph) -> Result<DispatchReport> {
         let backend = self.backend()?;
-        rlx_driver::legalize(g, backend.as_ref()).map(|(_, r)| r)
+        rlx_driver::legalize_with(g, backend.as_ref(), &self.opts).map(|(_, r)| r)
     }
 }

@@ -8,7 +8,7 @@
 //! nodes) or reported missing.
 #![warn(missing_docs)]
 
-use rlx::driver::{Backend, Capabilities, Executable, KernelTable};
+use rlx::driver::{Backend, Capabilities, CompileRequest, Executable, KernelTable};
 use rlx::ir::ops::{BinaryKind, UnaryKind};
 use rlx::ir::{DType, Error, Graph, Node, Op, OpKind, Result, Shape};
 
@@ -121,8 +121,11 @@ impl Backend for ToyBackend {
         }
     }
 
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
-        Ok(Box::new(ToyExecutable::new(self, g)?))
+    fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
+        if !req.updates.is_empty() {
+            return Err(req.unsupported_updates(self.name()));
+        }
+        Ok(Box::new(ToyExecutable::new(self, req.graph)?))
     }
 }
 

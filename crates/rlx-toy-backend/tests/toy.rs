@@ -110,3 +110,23 @@ fn the_toy_states_the_conservative_capabilities() {
     assert_eq!(caps, rlx::driver::Capabilities::default());
     assert!(!caps.matmul_transpose_flags);
 }
+
+#[test]
+fn a_backend_compile_failure_carries_the_dispatch_report() {
+    // The toy keeps no state across runs: a graph with a state update fails in its compile,
+    // and the error names the backend and graph and carries the report of what was dispatched.
+    let mut g = Graph::new("toy_state");
+    let x = g.input("x", Shape::new(&[4], DType::F32));
+    let acc = g.param("acc", Shape::new(&[4], DType::F32));
+    let next = g.add(acc, x);
+    g.update_param(acc, next);
+    g.set_outputs(vec![next]);
+    match session().compile(g) {
+        Err(Error::Compile { backend, graph, source, report }) => {
+            assert_eq!((backend.as_str(), graph.as_str()), ("toy", "toy_state"));
+            assert!(source.to_string().contains("param updates"), "{source}");
+            assert!(report.contains("dispatch report for backend `toy`") && report.contains("add"), "{report}");
+        }
+        other => panic!("expected Error::Compile, got {:?}", other.map(|_| ())),
+    }
+}

@@ -40,7 +40,8 @@ fn open() -> std::result::Result<Arc<Gpu>, String> {
     adapters.retain(|a| a.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS));
     adapters.sort_by_key(|a| rank(a.get_info().device_type));
     // RLX_WGPU_ADAPTER=text picks the first adapter whose name contains it (any case).
-    if let Ok(want) = std::env::var("RLX_WGPU_ADAPTER") {
+    let cfg = rlx_driver::config();
+    if let Some(want) = &cfg.wgpu.adapter {
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         adapters.retain(|a| a.get_info().name.to_lowercase().contains(&want.to_lowercase()));
         if adapters.is_empty() {
@@ -57,13 +58,13 @@ fn open() -> std::result::Result<Arc<Gpu>, String> {
     // f16 storage and arithmetic where the adapter has them; RLX_WGPU_F16=0 turns them off
     // (to test the error an adapter without them gives).
     let mut features = adapter.features() & wgpu::Features::SHADER_F16;
-    if std::env::var("RLX_WGPU_F16").is_ok_and(|v| v == "0") {
+    if !cfg.wgpu.f16 {
         features = wgpu::Features::empty();
     }
     // Subgroup operations where the adapter has them with subgroups that fill a 64-thread
     // workgroup evenly (RLX_WGPU_SUBGROUPS=0 turns them off).
     let sg_fits = (4..=64).contains(&info.subgroup_min_size) && info.subgroup_max_size <= 64;
-    if sg_fits && !std::env::var("RLX_WGPU_SUBGROUPS").is_ok_and(|v| v == "0") {
+    if sg_fits && cfg.wgpu.subgroups {
         features |= adapter.features() & wgpu::Features::SUBGROUP;
     }
     let desc = wgpu::DeviceDescriptor {

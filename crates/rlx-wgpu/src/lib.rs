@@ -26,7 +26,7 @@ pub mod wexpr;
 
 use kernels::{Ctx, Kernel};
 use rlx_driver::{Backend, Executable, KernelTable};
-use rlx_ir::{Graph, Node, Result, Shape};
+use rlx_ir::{Node, Result, Shape};
 
 /// The wgpu backend. Creating it is cheap; the device opens on first compile.
 pub struct WgpuBackend {
@@ -77,6 +77,14 @@ impl Backend for WgpuBackend {
         "wgpu"
     }
 
+    fn cache_key(&self) -> String {
+        // The adapter and the limits legalization checks decide what is native.
+        match (gpu::gpu(), self.caps()) {
+            (Ok(g), Some(c)) => format!("{} {} {:?} {:?}", g.info.name, g.info.driver_info, g.info.backend, c),
+            _ => String::new(),
+        }
+    }
+
     fn capabilities(&self) -> rlx_driver::Capabilities {
         rlx_driver::Capabilities {
             // The WGSL attention and rope kernels read `[batch, heads, seq, dim]` only.
@@ -113,13 +121,8 @@ impl Backend for WgpuBackend {
         c.limit_gap(node, inputs).or_else(|| caps::dtype_gap(&c, node, inputs))
     }
 
-    fn compile(&self, g: &Graph) -> Result<Box<dyn Executable>> {
+    fn compile(&self, req: &rlx_driver::CompileRequest<'_>) -> Result<Box<dyn Executable>> {
         let gpu = gpu::gpu()?;
-        Ok(Box::new(exec::WgpuExecutable::new(gpu, g, &self.table, self.max_binding)?))
-    }
-
-    fn compile_stateful(&self, g: &Graph, updates: &[rlx_driver::ParamUpdate]) -> Result<Box<dyn Executable>> {
-        let gpu = gpu::gpu()?;
-        Ok(Box::new(exec::WgpuExecutable::new_stateful(gpu, g, &self.table, updates, self.max_binding)?))
+        Ok(Box::new(exec::WgpuExecutable::new_stateful(gpu, req.graph, &self.table, req.updates, self.max_binding)?))
     }
 }

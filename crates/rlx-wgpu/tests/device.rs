@@ -5,7 +5,7 @@
 mod common;
 
 use common::require_gpu;
-use rlx_driver::{Backend, legalize, run_host};
+use rlx_driver::{legalize, run_host};
 use rlx_ir::ops::MatMul;
 use rlx_ir::testkit::compare;
 use rlx_ir::{DType, Error, Graph, HostTensor, Shape, interp};
@@ -132,7 +132,7 @@ fn params_stay_on_the_device_across_runs() {
     g.set_outputs(vec![y]);
     let backend = WgpuBackend::new();
     let (legal, _) = legalize(&g, &backend).unwrap();
-    let mut exe = backend.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&backend, &legal).unwrap();
     let w = [0.5f32, -1.0, 2.0, 0.25, -0.75, 1.5];
     exe.set_param(0, bytemuck::cast_slice(&w)).unwrap();
     for (run, xs) in [[1.0f32, 2.0, 3.0, -1.0, 0.5, 0.0], [0.0, -2.0, 1.0, 4.0, 1.0, -3.0]].iter().enumerate() {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use rlx_driver::{Backend, legalize, run_host};
+use rlx_driver::{legalize, run_host};
 use rlx_ir::{DType, Error, Graph, HostTensor, Shape, interp};
 use rlx_wgpu::WgpuBackend;
 
@@ -33,7 +33,7 @@ fn a_buffer_over_the_binding_limit_is_a_legalization_error() {
         other => panic!("expected Unsupported, got {:?}", other.map(|_| ())),
     }
     // Compiling without legalization still refuses it, naming the node.
-    match backend.compile(&exp_graph(512)).map(|_| ()) {
+    match rlx_driver::compile_graph(&backend, &exp_graph(512)).map(|_| ()) {
         Err(Error::Unsupported { missing, .. }) => {
             assert!(missing.contains("node %0") && missing.contains("2048 bytes"), "{missing}")
         }

@@ -11,7 +11,7 @@ mod common;
 use rlx_driver::run_host;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Error, Graph, HostTensor, Op, interp};
-use rlx_opt::{PipelineOptions, PrecisionPolicy, zoo};
+use rlx_opt::{CompileOptions, PrecisionPolicy, zoo};
 use rlx_wgpu::WgpuBackend;
 
 /// Random feeds for every input and param (i64 inputs count up: positions, token ids).
@@ -53,8 +53,8 @@ fn models() -> [Graph; 3] {
 /// Compiles `g` for wgpu under `policy` and runs it on `f`.
 fn run(g: &Graph, policy: PrecisionPolicy, f: &[(&str, HostTensor)]) -> rlx_ir::Result<(Graph, Vec<HostTensor>)> {
     let backend = WgpuBackend::new();
-    let opts = PipelineOptions { precision: policy, ..Default::default() };
-    let (opt, _) = rlx_opt::compile_with(g.clone(), &backend, opts)?;
+    let opts = CompileOptions { precision: policy, ..Default::default() };
+    let (opt, _) = rlx_opt::compile_with(g.clone(), &backend, &opts)?;
     let got = run_host(&backend, &opt, f)?;
     Ok((opt, got))
 }

@@ -74,23 +74,21 @@ fn the_disk_cache_serves_a_second_compile() -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("rlx-pjrt-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    // SAFETY: tests in this file do not read or write other environment variables concurrently.
-    unsafe { std::env::set_var("RLX_CACHE_DIR", &dir) };
+    let session =
+        Session::new(Device::Tpu).with_options(CompileOptions { cache_dir: Some(dir.clone()), ..Default::default() });
     let mut g = Graph::new("cached");
     let x = g.input("x", Shape::new(&[4], DType::F32));
     let y = g.exp(x);
     let y = g.mul(y, x);
     g.set_outputs(vec![y]);
     let (_, stores0) = rlx_pjrt::cache::counters();
-    let first = Session::new(Device::Tpu).compile(g.clone())?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
+    let first = session.compile(g.clone())?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
     let (hits1, stores1) = rlx_pjrt::cache::counters();
-    let second = Session::new(Device::Tpu).compile(g)?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
+    let second = session.compile(g)?.run(&[("x", &[0.0, 1.0, -1.0, 2.0])])?;
     let (hits2, _) = rlx_pjrt::cache::counters();
-    unsafe { std::env::remove_var("RLX_CACHE_DIR") };
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(first, second);
-    // Other tests compile in parallel while the variable is set: they may store, but no other
-    // test compiles this module, so the hit is ours.
+    // No other test compiles this module, so the store and the hit are ours.
     assert!(stores1 > stores0, "the first compile wrote the cache");
     assert!(hits2 > hits1, "the second compile loaded it");
     Ok(())

@@ -29,3 +29,27 @@ fn wgpu_through_the_facade() -> rlx::Result<()> {
     assert_eq!(out, vec![vec![0.0, 3.0, 0.0, 1.0]]);
     Ok(())
 }
+
+/// `Device::Auto` with the CPU and a wgpu adapter (lavapipe in CI): a MiniLM-shaped encoder goes
+/// to the device with the lowest modelled time, here the CPU (lavapipe runs shaders on the same
+/// cores, slower than the CPU backend's kernels), and the choice names both estimates.
+#[test]
+fn auto_picks_the_cpu_for_minilm_and_says_why() -> rlx::Result<()> {
+    if std::env::var("RLX_WGPU_SKIP").is_ok_and(|v| v == "1") {
+        eprintln!("wgpu test SKIPPED: RLX_WGPU_SKIP=1");
+        return Ok(());
+    }
+    let session = Session::new(Device::Auto);
+    let g = rlx_opt::zoo::bert_encoder(128, 384, 12, 1536, 6);
+    let choice = session.choose_device(&g)?;
+    let text = choice.to_string();
+    eprintln!("{text}");
+    assert_eq!(choice.device, Device::Cpu, "{text}");
+    let estimate = |d: Device| choice.candidates.iter().find(|(c, _)| *c == d).and_then(|(_, s)| s.clone().ok());
+    let (cpu, gpu) = (estimate(Device::Cpu), estimate(Device::Wgpu));
+    assert!(cpu.is_some() && gpu.is_some() && cpu < gpu, "{text}");
+    assert!(text.contains("chose cpu") && text.contains("wgpu"), "{text}");
+    let compiled = session.compile(g)?;
+    assert_eq!(compiled.device(), Device::Cpu);
+    Ok(())
+}

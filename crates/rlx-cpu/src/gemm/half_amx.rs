@@ -28,7 +28,7 @@ pub(crate) const KT: usize = 32;
 pub fn available() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        if std::env::var("RLX_BF16_AMX").is_ok_and(|v| v == "0") {
+        if !rlx_driver::config().cpu.bf16_amx {
             return false;
         }
         // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE.

@@ -25,10 +25,10 @@ pub const NR: usize = 32;
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        let dot = std::env::var("RLX_BF16_DOT").ok();
-        let off =
-            dot.as_deref() == Some("0") || std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "avx2" || v == "scalar");
-        let pays = dot.as_deref() == Some("1") || super::kernels::zmm_fma_split();
+        let cfg = rlx_driver::config();
+        let dot = cfg.cpu.bf16_dot;
+        let off = dot == Some(false) || cfg.cpu.simd != rlx_driver::config::IsaCap::Best;
+        let pays = dot == Some(true) || super::kernels::zmm_fma_split();
         let k = <f32 as super::GemmElem>::kernel();
         !off && pays
             && std::is_x86_feature_detected!("avx512bf16")

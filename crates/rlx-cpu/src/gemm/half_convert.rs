@@ -98,7 +98,7 @@ impl HalfElem for bf16 {
 pub fn simd() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        if std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "scalar") {
+        if rlx_driver::config().cpu.simd == rlx_driver::config::IsaCap::Scalar {
             return false;
         }
         #[cfg(target_arch = "x86_64")]

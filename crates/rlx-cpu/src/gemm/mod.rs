@@ -246,7 +246,7 @@ fn try_shared<T>(m: &'static Mutex<Vec<T>>) -> Option<std::sync::MutexGuard<'sta
 /// The first of `all` whose name starts with `RLX_GEMM_KERNEL` (if set and matching), else the
 /// first.
 fn choose<T>(all: Vec<Kernel<T>>) -> Kernel<T> {
-    let want = std::env::var("RLX_GEMM_KERNEL").unwrap_or_default();
+    let want = rlx_driver::config().cpu.gemm_kernel.clone().unwrap_or_default();
     let pick = all.iter().position(|k| !want.is_empty() && k.name.starts_with(want.as_str())).unwrap_or(0);
     all.into_iter().nth(pick).expect("the portable kernel is always listed")
 }

@@ -288,7 +288,7 @@ impl Compute for bf16 {
 pub fn avx2_fma() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        if std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "scalar") {
+        if rlx_driver::config().cpu.simd == rlx_driver::config::IsaCap::Scalar {
             return false;
         }
         #[cfg(target_arch = "x86_64")]

@@ -13,7 +13,7 @@ static TOTALS: Mutex<Option<HashMap<String, (u64, f64)>>> = Mutex::new(None);
 /// Whether `RLX_PROFILE` is set to a non-empty value other than 0 (read once).
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RLX_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0"))
+    *ON.get_or_init(|| rlx_driver::config().cpu.profile)
 }
 
 /// Wraps `k` with a timer keyed by the op name and output shape when profiling is on.

@@ -74,25 +74,26 @@ impl Isa {
     /// The best the CPU supports (`RLX_QUANT_ISA=scalar|avx2` caps it on x86,
     /// `RLX_QUANT_ISA=scalar|neon` on aarch64, for comparisons).
     pub fn detect() -> Isa {
-        let cap = setting("RLX_QUANT_ISA").unwrap_or_default();
+        use rlx_driver::config::IsaCap;
+        let cap = rlx_driver::config().cpu.quant.isa;
         #[cfg(target_arch = "x86_64")]
         {
             let avx2 =
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
             let vnni = avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
-            if cap != "scalar" && cap != "avx2" && vnni {
+            if cap != IsaCap::Scalar && cap != IsaCap::Avx2 && vnni {
                 return Isa::Vnni;
             }
-            if cap != "scalar" && avx2 {
+            if cap != IsaCap::Scalar && avx2 {
                 return Isa::Avx2;
             }
         }
         #[cfg(target_arch = "aarch64")]
         {
-            if cap != "scalar" && cap != "neon" && std::arch::is_aarch64_feature_detected!("dotprod") {
+            if cap != IsaCap::Scalar && cap != IsaCap::Neon && std::arch::is_aarch64_feature_detected!("dotprod") {
                 return Isa::NeonDot;
             }
-            if cap != "scalar" {
+            if cap != IsaCap::Scalar {
                 return Isa::Neon;
             }
         }
@@ -113,29 +114,12 @@ impl Isa {
     }
 }
 
-/// An `RLX_QUANT_*` setting, read when a kernel is built: the environment's, or in tests the
-/// calling thread's override (`with_settings`), so that one test process can build every path.
-fn setting(name: &str) -> Option<String> {
-    #[cfg(test)]
-    if let Some(v) = OVERRIDES.with(|o| o.borrow().iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())) {
-        return Some(v);
-    }
-    std::env::var(name).ok()
-}
-
-#[cfg(test)]
-thread_local! {
-    /// `setting` overrides of this thread (tests).
-    static OVERRIDES: std::cell::RefCell<Vec<(&'static str, &'static str)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` with `settings` in place of the environment's on this thread (tests).
+/// Runs `f` with the configuration `settings` (variable, value) make, ignoring the environment,
+/// in force on this thread (tests: one process builds every path).
 #[cfg(test)]
 fn with_settings<R>(settings: &[(&'static str, &'static str)], f: impl FnOnce() -> R) -> R {
-    let old = OVERRIDES.with(|o| std::mem::replace(&mut *o.borrow_mut(), settings.to_vec()));
-    let r = f();
-    OVERRIDES.with(|o| *o.borrow_mut() = old);
-    r
+    let lookup = |name: &str| settings.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+    rlx_driver::config::with_config(rlx_driver::config::Config::from_lookup(&lookup), f)
 }
 
 /// A row dot product against one row of quantized activations.
@@ -173,9 +157,9 @@ macro_rules! pick {
 /// four-block form ran no faster from DRAM here. `RLX_QUANT_BLOCKS=1` or `=4` forces either form
 /// for every scheme (for comparisons).
 pub fn row_dot(scheme: QuantScheme, isa: Isa) -> Option<RowDot> {
-    let four = match setting("RLX_QUANT_BLOCKS").as_deref() {
-        Some("1") => false,
-        Some("4") => true,
+    let four = match rlx_driver::config().cpu.quant.blocks {
+        Some(1) => false,
+        Some(4) => true,
         _ => scheme == QuantScheme::Q8_0,
     };
     row_dot_with(scheme, isa, four)
@@ -381,7 +365,7 @@ impl BuiltQMatMul {
 fn batched(scheme: QuantScheme, isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        setting("RLX_QUANT_GEMM").is_none_or(|v| v != "0") && gemm::supported(scheme, isa)
+        rlx_driver::config().cpu.quant.gemm && gemm::supported(scheme, isa)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -395,7 +379,7 @@ fn batched(scheme: QuantScheme, isa: Isa) -> bool {
 /// (the int8 kernels instead, for comparisons).
 #[cfg(target_arch = "x86_64")]
 fn amx_rows(scheme: QuantScheme, m: usize, k: usize) -> bool {
-    let on = setting("RLX_QUANT_AMX").is_none_or(|v| v != "0");
+    let on = rlx_driver::config().cpu.quant.amx;
     let take = on && m >= amx::MIN_ROWS && amx::supported(scheme) && amx::available();
     if take {
         AMX_ACT.reserve(amx::act_buffer_len(m, k));
@@ -415,7 +399,7 @@ fn amx_rows(_: QuantScheme, _: usize, _: usize) -> bool {
 fn repacked(scheme: QuantScheme, isa: Isa) -> bool {
     matches!(isa, Isa::Avx2 | Isa::Vnni)
         && repack::group_block_bytes(scheme).is_some()
-        && setting("RLX_QUANT_REPACK").is_none_or(|v| v != "0")
+        && rlx_driver::config().cpu.quant.repack
 }
 
 impl BuiltQMatMul {

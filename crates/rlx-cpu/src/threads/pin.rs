@@ -59,7 +59,7 @@ impl Pins {
 /// The affinity mask and the CPUs to pin `workers` workers to: those of the mask other than
 /// the one the calling thread runs on. None as for `Pins::new`.
 fn worker_cpus(workers: usize) -> Option<(Vec<usize>, Vec<usize>)> {
-    if workers == 0 || std::env::var("RLX_PIN_THREADS").is_ok_and(|v| v == "0") {
+    if workers == 0 || !rlx_driver::config().cpu.pin_threads {
         return None;
     }
     let mask = affinity()?;

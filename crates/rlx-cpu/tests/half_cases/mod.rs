@@ -275,10 +275,9 @@ fn fused_matmul_epilogue() {
 
 /// Compiles `g` (one param, then inputs), runs it twice and returns the second output.
 fn run_twice(g: &Graph, param: &HostTensor, inputs: &[&HostTensor]) -> Vec<f64> {
-    use rlx_driver::Backend;
     let cpu = CpuBackend::new();
     let (legal, _) = rlx_driver::legalize(g, &cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
     exe.set_param(0, &param.to_bytes()).unwrap();
     let ins: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_bytes()).collect();
     let in_refs: Vec<&[u8]> = ins.iter().map(|b| b.as_slice()).collect();

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 /// Whether work items of `g` run here: K in place (few query rows), f32 compute, head dims that
 /// are whole zmm vectors, AVX-512F, and not switched off (`RLX_ATTN_DECODE512=0`).
 pub(super) fn applies(g: &Geo, f32_compute: bool) -> bool {
-    std::env::var("RLX_ATTN_DECODE512").as_deref() != Ok("0")
+    rlx_driver::config().cpu.attention_decode512
         && !g.transposed
         && f32_compute
         && g.d > 0

@@ -7,7 +7,7 @@
 //! after the repack too, also over a memory-mapped file whose pages the repack released.
 
 use super::{Isa, with_settings};
-use rlx_driver::{Backend, Executable, ParamShare};
+use rlx_driver::{Executable, ParamShare};
 use rlx_gguf::GgmlType;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, QuantScheme, Shape};
@@ -156,7 +156,7 @@ fn run_case(c: &Case<'_>, bind: &dyn Fn(&mut dyn Executable), amx: bool, what: &
     let cpu = crate::CpuBackend::new();
     let g = graph(c.s, c.m, c.n, c.k, c.tokens.len());
     let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
-    let mut exe = cpu.compile(&legal).unwrap();
+    let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
     bind(exe.as_mut());
     let xb: Vec<u8> = c.x.iter().flat_map(|v| v.to_le_bytes()).collect();
     let tb: Vec<u8> = c.tokens.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -319,7 +319,7 @@ fn a_tied_table_in_a_mapped_file_gathers_the_same_rows_after_its_repack() {
         }
     }
     // Where the repacked kernels run, they released the file pages that were then read again.
-    if super::repacked(QuantScheme::Q8_0, Isa::detect()) && std::env::var("RLX_QUANT_RELEASE").is_err() {
+    if super::repacked(QuantScheme::Q8_0, Isa::detect()) && rlx_driver::config().cpu.quant.release {
         assert!(super::released_bytes() > released, "no file page was released: the case did not happen");
     }
 }

@@ -192,7 +192,7 @@ fn page_size() -> usize {
 /// Drops the whole pages of `w` from resident memory when they lie in read-only shared file
 /// mappings (their contents stay the same); returns the bytes released.
 fn release(w: &[u8]) -> usize {
-    if std::env::var("RLX_QUANT_RELEASE").is_ok_and(|v| v == "0") {
+    if !rlx_driver::config().cpu.quant.release {
         return 0;
     }
     #[cfg(target_os = "linux")]

@@ -276,7 +276,6 @@ fn repacked_groups_match_the_row_path_exactly_and_the_dequantized_reference() {
 
 #[test]
 fn compiled_decode_repacks_per_param_version() {
-    use rlx_driver::Backend;
     use rlx_ir::{DType, Graph, Shape};
     let cpu = crate::CpuBackend::new();
     for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
@@ -288,7 +287,7 @@ fn compiled_decode_repacks_per_param_version() {
         let y = g.qmatmul(x, w, s, k);
         g.set_outputs(vec![y]);
         let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
-        let mut exe = cpu.compile(&legal).unwrap();
+        let mut exe = rlx_driver::compile_graph(&cpu, &legal).unwrap();
         let xv = rand(k, 1.0, 77);
         let xb: Vec<u8> = xv.iter().flat_map(|v| v.to_le_bytes()).collect();
         for round in 0..3u64 {
@@ -379,7 +378,7 @@ fn repacked_prefill_matches_the_row_path_exactly() {
 
 #[test]
 fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
-    use rlx_driver::{Backend, Executable};
+    use rlx_driver::Executable;
     use rlx_ir::{DType, Graph, Shape};
     let cpu = crate::CpuBackend::new();
     let compile = |s: QuantScheme, m: usize, n: usize, k: usize| {
@@ -389,7 +388,7 @@ fn decode_and_prefill_graphs_share_one_repacked_copy_per_version() {
         let y = g.qmatmul(x, w, s, k);
         g.set_outputs(vec![y]);
         let (legal, _) = rlx_driver::legalize(&g, &cpu).unwrap();
-        cpu.compile(&legal).unwrap()
+        rlx_driver::compile_graph(&cpu, &legal).unwrap()
     };
     let f32s =
         |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };

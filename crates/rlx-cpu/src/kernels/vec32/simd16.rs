@@ -13,7 +13,7 @@ use std::arch::x86_64::*;
 pub fn avx512() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        if std::env::var("RLX_CPU_SIMD").is_ok_and(|v| v == "avx2" || v == "scalar") {
+        if rlx_driver::config().cpu.simd != rlx_driver::config::IsaCap::Best {
             return false;
         }
         #[cfg(target_arch = "x86_64")]

@@ -159,6 +159,29 @@ fn writes_param_in_place(g: &Graph, v: usize, p: NodeId, last_read: usize) -> bo
     fits && last_read == v && !g.outputs().contains(&p)
 }
 
+/// The plan every compile hands its backend: `fused_in_place` nodes write over a dying input,
+/// and each state update (param index, output index in `g`'s order) is placed on its param's
+/// block where `plan_with_updates` allows it.
+pub fn plan_updates(g: &Graph, updates: &[crate::ParamUpdate]) -> Result<MemoryPlan> {
+    let params = g.params();
+    let pairs = updates
+        .iter()
+        .map(|u| match (params.get(u.param), g.outputs().get(u.output)) {
+            (Some(&(p, _)), Some(&v)) => Ok((p, v)),
+            _ => Err(Error::eval(
+                "memory plan",
+                format!(
+                    "state update {u:?} names a param or output graph `{}` lacks ({} params, {} outputs)",
+                    g.name(),
+                    params.len(),
+                    g.outputs().len()
+                ),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    plan_with_updates(g, &fused_in_place, &pairs)
+}
+
 /// Like `plan`, for a graph whose outputs include state updates `(param, value)` (see
 /// `Graph::lower_updates`): a value that can be computed in place over its param gets the
 /// param's block (a KV cache written at one position, an optimizer step), so no copy is needed.
