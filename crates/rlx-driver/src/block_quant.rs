@@ -4,7 +4,7 @@
 //! implements `BlockOps` with StableHLO ops, rlx-mlx with MLX calls.
 //!
 //! Every index is static: a backend's compiler sees slices, reshapes and elementwise ops it can
-//! fuse into the consumer. The K-quants follow rlx-gguf's `dequant.rs` (ggml's reference kernels)
+//! fuse into the consumer. The K-quants follow rlx-ir's `quant/decode.rs` (ggml's reference kernels)
 //! operation for operation: super-blocks of 256 values in sub-blocks of 32 (Q4_K, Q5_K) or 16
 //! (Q6_K).
 
