@@ -45,7 +45,10 @@ mod tests {
         assert!(matches!(quantize(GgmlType::Q2_K, &[0.0; 256]), Err(Error::UnsupportedQuant(GgmlType::Q2_K))));
         assert!(matches!(quantize(GgmlType::IQ2_XXS, &[0.0; 256]), Err(Error::UnsupportedQuant(GgmlType::IQ2_XXS))));
         let big = vec![1e9f32; 32];
-        assert!(matches!(quantize(GgmlType::Q8_0, &big), Err(Error::ScaleOverflow { ty: GgmlType::Q8_0, block: 0, .. })));
+        assert!(matches!(
+            quantize(GgmlType::Q8_0, &big),
+            Err(Error::ScaleOverflow { ty: GgmlType::Q8_0, block: 0, .. })
+        ));
     }
 
     #[test]
