@@ -74,11 +74,11 @@ pub fn dequantize<B: BlockOps>(b: &mut B, x: &B::V, scheme: QuantScheme, k: usiz
         return None;
     }
     let emit: fn(&mut B, &B::V) -> B::V = match scheme {
-        s if s == QuantScheme::Q8_0 => q8_0,
-        s if s == QuantScheme::Q4_0 => q4_0,
-        s if s == QuantScheme::Q4_K => |c, v| qkx_k(c, v, false),
-        s if s == QuantScheme::Q5_K => |c, v| qkx_k(c, v, true),
-        s if s == QuantScheme::Q6_K => q6_k,
+        QuantScheme::Q8_0 => q8_0,
+        QuantScheme::Q4_0 => q4_0,
+        QuantScheme::Q4_K => |c, v| qkx_k(c, v, false),
+        QuantScheme::Q5_K => |c, v| qkx_k(c, v, true),
+        QuantScheme::Q6_K => q6_k,
         _ => return None,
     };
     let lead = &xd[..xd.len() - 1];
