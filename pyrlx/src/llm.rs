@@ -109,7 +109,7 @@ impl PyLlm {
         let p = path.display().to_string();
         let (tok, model) = py.detach(|| {
             guard("LLM", || {
-                let file = rlx_gguf::GgufFile::open(&path)
+                let file = rlx::gguf::GgufFile::open(&path)
                     .map_err(|e| rlx_ir::Error::ModelFile { path: p.clone(), reason: e.to_string() })
                     .py()?;
                 let tok = GgufTokenizer::from_gguf(file.gguf(), &p).py()?;

@@ -91,7 +91,7 @@ pub fn generate(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
 
 fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
     let path = a.model.display().to_string();
-    let file = rlx_gguf::GgufFile::open(&a.model).map_err(|e| format!("{path}: {e}"))?;
+    let file = rlx::gguf::GgufFile::open(&a.model).map_err(|e| format!("{path}: {e}"))?;
     let tok = GgufTokenizer::from_gguf(file.gguf(), &path)?;
     drop(file);
     let prompt = match (&a.prompt, &a.prompt_ids) {

@@ -124,7 +124,7 @@ fn inspect(out: &mut impl Write, file: &Path, device: Device) -> Res {
     match file.extension().and_then(|e| e.to_str()) {
         Some("safetensors") => return inspect_safetensors(out, file),
         Some("gguf") => {
-            write!(out, "{}", rlx_gguf::inspect_file(file).map_err(|e| format!("{}: {e}", file.display()))?)?;
+            write!(out, "{}", rlx::gguf::inspect_file(file).map_err(|e| format!("{}: {e}", file.display()))?)?;
             return Ok(());
         }
         _ => {}

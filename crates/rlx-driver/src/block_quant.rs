@@ -4,7 +4,7 @@
 //! implements `BlockOps` with StableHLO ops, rlx-mlx with MLX calls.
 //!
 //! Every index is static: a backend's compiler sees slices, reshapes and elementwise ops it can
-//! fuse into the consumer. The K-quants follow rlx-gguf's `dequant.rs` (ggml's reference kernels)
+//! fuse into the consumer. The K-quants follow rlx-ir's `quant/decode.rs` (ggml's reference kernels)
 //! operation for operation: super-blocks of 256 values in sub-blocks of 32 (Q4_K, Q5_K) or 16
 //! (Q6_K).
 
@@ -74,11 +74,11 @@ pub fn dequantize<B: BlockOps>(b: &mut B, x: &B::V, scheme: QuantScheme, k: usiz
         return None;
     }
     let emit: fn(&mut B, &B::V) -> B::V = match scheme {
-        s if s == QuantScheme::Q8_0 => q8_0,
-        s if s == QuantScheme::Q4_0 => q4_0,
-        s if s == QuantScheme::Q4_K => |c, v| qkx_k(c, v, false),
-        s if s == QuantScheme::Q5_K => |c, v| qkx_k(c, v, true),
-        s if s == QuantScheme::Q6_K => q6_k,
+        QuantScheme::Q8_0 => q8_0,
+        QuantScheme::Q4_0 => q4_0,
+        QuantScheme::Q4_K => |c, v| qkx_k(c, v, false),
+        QuantScheme::Q5_K => |c, v| qkx_k(c, v, true),
+        QuantScheme::Q6_K => q6_k,
         _ => return None,
     };
     let lead = &xd[..xd.len() - 1];

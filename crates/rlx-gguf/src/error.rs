@@ -221,3 +221,18 @@ pub enum Error {
         what: String,
     },
 }
+
+impl Error {
+    /// The error of an IR block codec, for the ggml type `ty` whose scheme it was running.
+    pub(crate) fn from_codec(ty: GgmlType, e: rlx_ir::quant::QuantError) -> Self {
+        use rlx_ir::quant::QuantError;
+        match e {
+            QuantError::NoQuantizer { .. } => Error::UnsupportedQuant(ty),
+            QuantError::Length { what, expected, got, .. } => {
+                Error::LengthMismatch { what: format!("{ty} {what}"), expected, got }
+            }
+            QuantError::NonFinite { index, value, .. } => Error::NonFinite { ty, index, value },
+            QuantError::ScaleOverflow { block, value, .. } => Error::ScaleOverflow { ty, block, value },
+        }
+    }
+}

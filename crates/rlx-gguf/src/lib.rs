@@ -1,5 +1,7 @@
 //! GGUF for RLX: a reader for GGUF v1, v2 and v3 (memory-mapped, zero-copy tensor views, every
-//! metadata type including nested arrays), a writer, and ggml block (de)quantizers.
+//! metadata type including nested arrays), a writer, and (de)quantization of tensor data. The
+//! block layouts' codecs belong to the IR ([`rlx_ir::QuantScheme`]); [`GgmlType::scheme`] maps a
+//! GGUF type onto them.
 //!
 //! Every offset and count read from a file is checked against the file's length before use, so a
 //! truncated or hostile file gives an [`Error`] naming the offset, never a panic or a huge allocation.

@@ -1,9 +1,10 @@
 //! ggml tensor types: ids as stored in GGUF, block sizes and byte sizes.
 
+use rlx_ir::QuantScheme;
 use std::fmt;
 
 /// Elements in one K-quant super-block.
-pub const QK_K: usize = 256;
+pub use rlx_ir::quant::QK_K;
 
 macro_rules! ggml_types {
     ($($variant:ident = $id:literal, $name:literal, $block:expr, $bytes:expr;)*) => {
@@ -98,34 +99,44 @@ impl GgmlType {
         (n_elements / block).checked_mul(self.type_size() as u64)
     }
 
-    /// Whether [`crate::dequantize`] supports this type.
-    pub fn can_dequantize(self) -> bool {
+    /// The IR's scheme for this block type, or `None` for plain types and block types RLX cannot
+    /// decode. The IR owns the block codecs; this table is where GGUF's ids meet them.
+    pub fn scheme(self) -> Option<QuantScheme> {
         use GgmlType::*;
-        matches!(
-            self,
-            F32 | F16
-                | BF16
-                | Q4_0
-                | Q4_1
-                | Q5_0
-                | Q5_1
-                | Q8_0
-                | Q8_1
-                | Q2_K
-                | Q3_K
-                | Q4_K
-                | Q5_K
-                | Q6_K
-                | Q8_K
-                | IQ4_NL
-                | IQ4_XS
-        )
+        Some(match self {
+            Q4_0 => QuantScheme::Q4_0,
+            Q4_1 => QuantScheme::Q4_1,
+            Q5_0 => QuantScheme::Q5_0,
+            Q5_1 => QuantScheme::Q5_1,
+            Q8_0 => QuantScheme::Q8_0,
+            Q8_1 => QuantScheme::Q8_1,
+            Q2_K => QuantScheme::Q2_K,
+            Q3_K => QuantScheme::Q3_K,
+            Q4_K => QuantScheme::Q4_K,
+            Q5_K => QuantScheme::Q5_K,
+            Q6_K => QuantScheme::Q6_K,
+            Q8_K => QuantScheme::Q8_K,
+            IQ4_NL => QuantScheme::IQ4_NL,
+            IQ4_XS => QuantScheme::IQ4_XS,
+            _ => return None,
+        })
     }
 
-    /// Whether [`crate::quantize`] supports this type.
+    /// The ggml type that stores `scheme`, or `None` for an IR scheme that is not a ggml layout.
+    pub fn from_scheme(scheme: QuantScheme) -> Option<Self> {
+        GgmlType::ALL.iter().copied().find(|t| t.scheme() == Some(scheme))
+    }
+
+    /// Whether [`crate::dequantize`] supports this type: the float types and every IR scheme.
+    pub fn can_dequantize(self) -> bool {
+        matches!(self, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || self.scheme().is_some()
+    }
+
+    /// Whether [`crate::quantize`] supports this type: the float types and the IR schemes that
+    /// have a quantizer.
     pub fn can_quantize(self) -> bool {
-        use GgmlType::*;
-        matches!(self, F32 | F16 | BF16 | Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K | Q8_K)
+        matches!(self, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+            || self.scheme().is_some_and(QuantScheme::can_quantize)
     }
 }
 
@@ -157,5 +168,23 @@ mod tests {
         assert_eq!(GgmlType::from_id(31), None);
         assert_eq!(GgmlType::Q4_0.bytes_for(64), Some(36));
         assert_eq!(GgmlType::Q4_0.bytes_for(33), None);
+    }
+
+    #[test]
+    fn schemes_match_the_ggml_table() {
+        for &t in GgmlType::ALL {
+            if let Some(s) = t.scheme() {
+                assert_eq!((s.name(), s.block_size(), s.block_bytes()), (t.name(), t.block_size(), t.type_size()));
+                assert_eq!(GgmlType::from_scheme(s), Some(t));
+            }
+        }
+        // Every IR scheme is a ggml block type, in the same (id) order.
+        let back: Vec<GgmlType> = QuantScheme::ALL.iter().map(|&s| GgmlType::from_scheme(s).unwrap()).collect();
+        let blocks: Vec<GgmlType> = GgmlType::ALL.iter().copied().filter(|t| t.scheme().is_some()).collect();
+        assert_eq!(back, blocks);
+        let quantizable: Vec<&str> = GgmlType::ALL.iter().filter(|t| t.can_quantize()).map(|t| t.name()).collect();
+        assert_eq!(quantizable.join(" "), "F32 F16 Q4_0 Q8_0 Q4_K Q5_K Q6_K Q8_K BF16");
+        let decodable = GgmlType::ALL.iter().filter(|t| t.can_dequantize()).count();
+        assert_eq!(decodable, 17);
     }
 }

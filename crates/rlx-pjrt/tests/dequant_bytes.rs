@@ -1,4 +1,4 @@
-//! `dequantize` of arbitrary block bytes on XLA against rlx-gguf's reference. Quantizer output
+//! `dequantize` of arbitrary block bytes on XLA against rlx-ir's reference. Quantizer output
 //! (the conformance samples) leaves some bit patterns unused; random bytes set every bit of
 //! every scale, min and quant field. The f16 scales are overwritten with finite values so the
 //! comparison stays about the bit unpacking, not inf/NaN arithmetic.

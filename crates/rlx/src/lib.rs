@@ -1,8 +1,9 @@
 //! RLX: a machine-learning compiler and runtime.
 //!
 //! Cargo features pick the backends and layers built in: `cpu` (default, `Device::Cpu`),
-//! `wgpu` (alias `gpu`; `Device::Wgpu` on Vulkan, Metal or DX12), `nn` (default, `rlx::nn`) and
-//! `models` (default, `rlx::models`). A backend from another crate plugs in through
+//! `wgpu` (alias `gpu`; `Device::Wgpu` on Vulkan, Metal or DX12), `tpu` (`Device::Tpu`, XLA through
+//! a PJRT plugin), `mlx` (`Device::Mlx`), `nn` (default, `rlx::nn`), `models` (default,
+//! `rlx::models`) and `gguf` (default, `rlx::gguf`). A backend from another crate plugs in through
 //! `Session::with_backend`.
 //!
 //! ```
@@ -36,6 +37,11 @@ pub use rlx_nn as nn;
 /// BERT-family embeddings and Qwen3 / Llama from GGUF (the `models` feature).
 #[cfg(feature = "models")]
 pub use rlx_models as models;
+
+/// The GGUF reader and writer, ggml tensor types and (de)quantization of their data (the `gguf`
+/// feature). The block codecs themselves are the IR's: `rlx::ir::QuantScheme`.
+#[cfg(feature = "gguf")]
+pub use rlx_gguf as gguf;
 
 pub use rlx_ir::{Error, Result};
 

@@ -237,10 +237,12 @@ impl LlmWeights {
         let start = view.data.as_ptr() as usize - base;
         let in_file = start..start + view.data.len();
         // The token embedding stays packed too: the graph gathers packed rows and dequantizes them.
-        let packed_embd = w == LlmWeight::TokenEmbd && QuantScheme::new(ty).is_ok();
+        let packed_embd = w == LlmWeight::TokenEmbd && ty.scheme().is_some();
         let packed = (w.is_linear() || packed_embd) && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         let (kind, bytes) = if packed {
-            let scheme = QuantScheme::new(ty).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
+            let scheme = ty.scheme().ok_or_else(|| {
+                err(format!("tensor `{}`: ggml type {ty} is not a block type RLX can dequantize", view.info.name))
+            })?;
             let rb = scheme.row_bytes(shape[1]).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
             if rb * shape[0] != view.data.len() {
                 return Err(err(format!(

@@ -52,7 +52,7 @@ fn scale_min(sb: u32, s: u32) -> vec2<f32> {
 
 /// Per scheme: `grp_ab(rb, g)` gives (a, b) of 16-group `g` of the row starting at byte `rb`,
 /// and `grp_q(rb, g, e)` the quantized value of its element `e`; the weight is `a * q + b`.
-/// The layouts are ggml's (rlx-gguf's `dequant.rs` is the reference).
+/// The layouts are ggml's (rlx-ir's `quant/decode.rs` is the reference).
 fn wgsl(s: QuantScheme) -> Option<String> {
     let (bb, gb) = (s.block_bytes(), s.block_size() / 16);
     let head = format!("let blk = rb + (g / {gb}u) * {bb}u; let j = g % {gb}u;");

@@ -8,7 +8,6 @@
 
 use super::{Isa, with_settings};
 use rlx_driver::{Executable, ParamShare};
-use rlx_gguf::GgmlType;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Graph, QuantScheme, Shape};
 use std::sync::Arc;
@@ -37,7 +36,7 @@ fn isa_setting(isa: Isa) -> &'static str {
     }
 }
 
-/// Packed rows of `n` x `k` values: quantized random values where rlx-gguf quantizes `s`, else
+/// Packed rows of `n` x `k` values: quantized random values where RLX quantizes `s`, else
 /// random block bytes redrawn until every value is finite and moderate.
 fn table(s: QuantScheme, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let vals: Vec<f32> = rand_f64(n * k, -1.0, 1.0, seed).into_iter().map(|v| v as f32).collect();
@@ -188,9 +187,9 @@ fn takes_amx(s: QuantScheme, m: usize, settings: &[(&str, &str)]) -> bool {
     }
 }
 
-/// Every scheme RLX reads: the five with int8 kernels first, then those dequantized per block.
+/// Every scheme RLX reads, in ggml id order: those with int8 kernels and those dequantized per block.
 fn schemes() -> Vec<QuantScheme> {
-    GgmlType::ALL.iter().filter_map(|&t| QuantScheme::new(t).ok()).collect()
+    QuantScheme::ALL.to_vec()
 }
 
 /// (n, k): rows on and off the group of eight, k one block, odd block counts and multiples of

@@ -1,5 +1,5 @@
 //! The SIMD paths against the portable path (bit for bit: same integer math) and against the
-//! exact f32 product with rlx-gguf's dequantizer (within the 8-bit activation error).
+//! exact f32 product with rlx-ir's block dequantizer (within the 8-bit activation error).
 
 use super::dot::{Q8K, Q80, quantize_q8k, quantize_q80};
 use super::{Isa, RowDot};
