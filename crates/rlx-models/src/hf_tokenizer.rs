@@ -145,9 +145,8 @@ impl HfTokenizer {
         if eos.is_none() {
             eos = stop.first().copied();
         }
-        if let Some(e) = eos
-            && !stop.contains(&e)
-        {
+        if let Some(e) = eos {
+            stop.retain(|&t| t != e);
             stop.insert(0, e);
         }
         // Without `add_bos_token`, BOS is added when the post-processor adds it to a text.
