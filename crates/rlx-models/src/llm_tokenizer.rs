@@ -23,6 +23,8 @@ pub trait LlmTokenizer: Send + Sync + std::fmt::Debug {
     fn token_id(&self, text: &str) -> Option<u32>;
     /// The beginning-of-sequence token.
     fn bos(&self) -> Option<u32>;
+    /// Whether `encode` starts with the BOS token.
+    fn add_bos(&self) -> bool;
     /// The end-of-sequence token.
     fn eos(&self) -> Option<u32>;
     /// Every token that ends generation (the EOS token first).
@@ -52,6 +54,9 @@ impl LlmTokenizer for GgufTokenizer {
     }
     fn bos(&self) -> Option<u32> {
         self.bos
+    }
+    fn add_bos(&self) -> bool {
+        self.add_bos
     }
     fn eos(&self) -> Option<u32> {
         self.eos
@@ -85,6 +90,9 @@ impl LlmTokenizer for HfTokenizer {
     }
     fn bos(&self) -> Option<u32> {
         self.bos
+    }
+    fn add_bos(&self) -> bool {
+        self.add_bos
     }
     fn eos(&self) -> Option<u32> {
         self.eos

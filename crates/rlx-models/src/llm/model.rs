@@ -75,6 +75,19 @@ impl LlmModel {
         Self::load_with(path, device, max_ctx, &LoadOptions::default())
     }
 
+    /// The config of the model at `path` (a `.gguf` file or a checkpoint folder), without
+    /// loading its weights.
+    pub fn read_config(path: impl AsRef<Path>) -> Result<LlmConfig> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            return Ok(read_config(path)?.cfg);
+        }
+        let p = path.display().to_string();
+        let file =
+            rlx_gguf::GgufFile::open(path).map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
+        LlmConfig::from_gguf(file.gguf(), &p)
+    }
+
     /// `load` with options (on-load quantization).
     pub fn load_with(path: impl AsRef<Path>, device: Device, max_ctx: usize, opts: &LoadOptions) -> Result<Self> {
         let path = path.as_ref();
