@@ -329,3 +329,25 @@ fn bad_configs_are_errors_naming_config_json_and_the_field() {
     let e = load_err(&dir);
     assert!(e.contains("config.json"), "{e}");
 }
+
+/// An unsharded checkpoint (`model.safetensors`, no index) loads the same weights; a folder with
+/// neither is an error naming what is missing.
+#[test]
+fn an_unsharded_checkpoint_loads_and_a_folder_without_weights_is_an_error() {
+    let r = reference("qwen3");
+    let dir = copy_folder("qwen3-bf16");
+    let mut all: Tensors = vec![];
+    for shard in shards(&dir) {
+        all.extend(read_shard(&shard));
+        std::fs::remove_file(shard).unwrap();
+    }
+    std::fs::remove_file(dir.join("model.safetensors.index.json")).unwrap();
+    write_shard(&dir.join("model.safetensors"), &all);
+    let mut m = load(&dir, &LoadOptions::default());
+    let mut sharded = load(&fixtures().join("qwen3-bf16"), &LoadOptions::default());
+    let a = m.forward_all(std::slice::from_ref(&r.ids)).unwrap().remove(0);
+    assert_eq!(a, sharded.forward_all(std::slice::from_ref(&r.ids)).unwrap().remove(0));
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    let e = load_err(&dir);
+    assert!(e.contains("no model.safetensors or model.safetensors.index.json"), "{e}");
+}
