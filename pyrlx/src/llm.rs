@@ -1,12 +1,13 @@
 //! Text generation from Python: `rlx.models.LLM(path).generate(prompt)` streams text pieces from
-//! a Qwen3 / Llama GGUF model (`rlx_models::LlmModel`), one model step per `__next__`.
+//! a Qwen3 / Llama model, a GGUF file or a Hugging Face checkpoint folder
+//! (`rlx_models::LlmModel`), one model step per `__next__`.
 
 use crate::errors::{IntoPy, guard};
 use crate::session::device_arg;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use rlx_driver::Device;
-use rlx_models::{GgufTokenizer, LlmModel, Sampler, SamplerConfig};
+use rlx_models::{LlmModel, LlmTokenizer, LoadOptions, Sampler, SamplerConfig, load_tokenizer};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -20,27 +21,31 @@ struct Slot {
     run: u64,
 }
 
-/// A Qwen3 / Llama model from a GGUF file, with its own tokenizer.
+/// A Qwen3 / Llama model from a GGUF file or a Hugging Face checkpoint folder, with its own
+/// tokenizer.
 #[pyclass(name = "LLM", module = "rlx.models", frozen)]
 pub struct PyLlm {
     path: PathBuf,
     device: Device,
-    tok: GgufTokenizer,
+    tok: Box<dyn LlmTokenizer>,
     vocab: usize,
     context_length: usize,
     fixed_ctx: Option<usize>,
     kv_dtype: Option<rlx_ir::DType>,
+    quantize: Option<rlx::gguf::GgmlType>,
     slot: Mutex<Slot>,
 }
 
-/// The model in `path` with `ctx` cache slots, its cache in `kv_dtype` (else the device's default).
+/// The model in `path` with `ctx` cache slots, its cache in `kv_dtype` (else the device's default),
+/// its float weights quantized to `quantize` when given.
 fn load(
     path: &std::path::Path,
     device: Device,
     ctx: usize,
     kv_dtype: Option<rlx_ir::DType>,
+    quantize: Option<rlx::gguf::GgmlType>,
 ) -> rlx_ir::Result<LlmModel> {
-    let m = LlmModel::load(path, device, ctx)?;
+    let m = LlmModel::load_with(path, device, ctx, &LoadOptions { quantize })?;
     match kv_dtype {
         Some(dt) => m.with_kv_dtype(dt),
         None => Ok(m),
@@ -65,20 +70,22 @@ impl PyLlm {
             return Ok(());
         }
         let ctx = need.next_power_of_two().max(256).min(self.context_length).max(need);
-        slot.model = guard("LLM", || load(&self.path, self.device, ctx, self.kv_dtype).py())?;
+        slot.model = guard("LLM", || load(&self.path, self.device, ctx, self.kv_dtype, self.quantize).py())?;
         Ok(())
     }
 }
 
 #[pymethods]
 impl PyLlm {
-    /// Loads the GGUF model in `path` for `device` (checks every weight up front). `threads`
+    /// Loads the model in `path` (a `.gguf` file or a Hugging Face checkpoint folder) for
+    /// `device` (checks every weight up front). `threads`
     /// sets the process-wide CPU thread pool size, which is fixed once RLX first computes;
     /// `ctx` fixes the cache size in tokens (default: grown as generation needs it, which
     /// reloads the weights once per growth); `kv_dtype` keeps the cache in "f16" (the CPU's
-    /// default, as llama.cpp's), "bf16" or "f32".
+    /// default, as llama.cpp's), "bf16" or "f32"; `quantize` ("q8_0" or "q4_k") quantizes the
+    /// float weights on load.
     #[new]
-    #[pyo3(signature = (path, device = "cpu", threads = None, ctx = None, kv_dtype = None))]
+    #[pyo3(signature = (path, device = "cpu", threads = None, ctx = None, kv_dtype = None, quantize = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -86,7 +93,16 @@ impl PyLlm {
         threads: Option<i64>,
         ctx: Option<i64>,
         kv_dtype: Option<&str>,
+        quantize: Option<&str>,
     ) -> PyResult<Self> {
+        let quantize = match quantize {
+            None => None,
+            Some("q8_0") => Some(rlx::gguf::GgmlType::Q8_0),
+            Some("q4_k") => Some(rlx::gguf::GgmlType::Q4_K),
+            Some(other) => {
+                return Err(PyValueError::new_err(format!("quantize must be \"q8_0\" or \"q4_k\", got {other:?}")));
+            }
+        };
         let d = device_arg(device)?;
         let kv_dtype = match kv_dtype {
             None => None,
@@ -106,15 +122,10 @@ impl PyLlm {
             Some(c) if c < 1 => return Err(PyValueError::new_err(format!("ctx must be >= 1, got {c}"))),
             c => c.map(|c| c as usize),
         };
-        let p = path.display().to_string();
         let (tok, model) = py.detach(|| {
             guard("LLM", || {
-                let file = rlx::gguf::GgufFile::open(&path)
-                    .map_err(|e| rlx_ir::Error::ModelFile { path: p.clone(), reason: e.to_string() })
-                    .py()?;
-                let tok = GgufTokenizer::from_gguf(file.gguf(), &p).py()?;
-                drop(file);
-                let model = load(&path, d, fixed_ctx.unwrap_or(INITIAL_CTX), kv_dtype).py()?;
+                let tok = load_tokenizer(&path).py()?;
+                let model = load(&path, d, fixed_ctx.unwrap_or(INITIAL_CTX), kv_dtype, quantize).py()?;
                 Ok((tok, model))
             })
         })?;
@@ -129,7 +140,7 @@ impl PyLlm {
             return Err(PyValueError::new_err(format!("ctx {c} exceeds the model's context length {context_length}")));
         }
         let slot = Mutex::new(Slot { model, run: 0 });
-        Ok(PyLlm { path, device: d, tok, vocab, context_length, fixed_ctx, kv_dtype, slot })
+        Ok(PyLlm { path, device: d, tok, vocab, context_length, fixed_ctx, kv_dtype, quantize, slot })
     }
 
     /// The number of token ids.
@@ -147,7 +158,7 @@ impl PyLlm {
     /// The end-of-sequence token id, if the model has one.
     #[getter]
     fn eos_token(&self) -> Option<u32> {
-        self.tok.eos
+        self.tok.eos()
     }
 
     /// Token ids of `text` with the model's tokenizer (BOS first when the model adds one).
@@ -243,8 +254,8 @@ impl PyLlm {
                 }
             }
         }
-        if !ignore_eos && let Some(e) = me.tok.eos {
-            stop_tokens.push(e);
+        if !ignore_eos {
+            stop_tokens.extend(me.tok.stop_tokens());
         }
         Ok(PyGeneration {
             llm: slf.clone().unbind(),

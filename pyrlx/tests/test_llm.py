@@ -159,3 +159,25 @@ def test_errors():
         m.generate(3.5)
     with pytest.raises(ValueError, match="vocabulary"):
         m.detokenize([m.vocab_size])
+
+
+HF = os.path.join(FIX, "..", "hf")
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_hugging_face_folder_matches_its_gguf_conversion(arch):
+    """A Hugging Face checkpoint folder (tools/hf_tiny_llm.py) loads like a GGUF file: the same
+    greedy tokens as its GGUF conversion, the tokenizer of tokenizer.json, its stop tokens."""
+    r = json.load(open(os.path.join(HF, arch + ".json")))
+    hf = LLM(os.path.join(HF, arch + "-bf16"), kv_dtype="f32")
+    gg = LLM(os.path.join(HF, arch + "-bf16.gguf"), kv_dtype="f32")
+    assert hf.tokenize(r["prompt"]) == r["prompt_ids"] == gg.tokenize(r["prompt"])
+    a = hf.generate(r["prompt_ids"], max_tokens=16, ignore_eos=True)
+    b = gg.generate(r["prompt_ids"], max_tokens=16, ignore_eos=True)
+    list(a), list(b)
+    assert a.tokens == b.tokens and len(a.tokens) == 16
+    assert hf.eos_token == r["stop_ids"][0]
+    q = LLM(os.path.join(HF, arch + "-bf16"), quantize="q8_0")
+    assert len(list(q.generate(r["prompt_ids"], max_tokens=4, ignore_eos=True))) >= 1
+    with pytest.raises(ValueError, match="quantize"):
+        LLM(os.path.join(HF, arch + "-bf16"), quantize="q2")

@@ -1,9 +1,10 @@
-//! `rlx generate`: text from a Qwen3 / Llama GGUF file (streamed, or one JSON object), or from
-//! a char-GPT checkpoint written by `rlx train` (`.safetensors`).
+//! `rlx generate`: text from a Qwen3 / Llama model, a GGUF file or a Hugging Face checkpoint
+//! folder (streamed, or one JSON object), or from a char-GPT checkpoint written by `rlx train`
+//! (`.safetensors`).
 
 use crate::embed::{bytes_bar, spinner};
-use rlx::models::llm::{GenerateOptions, LlmModel, generate as run_generate};
-use rlx::models::{GgufTokenizer, SamplerConfig};
+use rlx::models::llm::{GenerateOptions, LlmModel, LoadOptions, generate as run_generate};
+use rlx::models::{SamplerConfig, load_tokenizer};
 use rlx::prelude::*;
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,9 +14,14 @@ type Res = Result<(), Box<dyn std::error::Error>>;
 /// The arguments of `rlx generate`.
 #[derive(clap::Args)]
 pub struct GenerateArgs {
-    /// A `.gguf` model (Qwen3, Llama) or a `.safetensors` char-GPT checkpoint from `rlx train`.
+    /// A Qwen3 / Llama model: a `.gguf` file or a Hugging Face checkpoint folder (config.json,
+    /// safetensors shards, tokenizer.json); or a `.safetensors` char-GPT checkpoint from `rlx train`.
     #[arg(long)]
     model: PathBuf,
+    /// Quantize the float weights on load (linear weights and the token embedding): q8_0, or
+    /// q4_k (rows must be a multiple of 256). Already-quantized GGUF weights stay as they are.
+    #[arg(long, value_parser = ["q8_0", "q4_k"])]
+    quantize: Option<String>,
     /// The prompt text (tokenized with the model's own tokenizer).
     #[arg(long, conflicts_with = "prompt_ids")]
     prompt: Option<String>,
@@ -43,7 +49,7 @@ pub struct GenerateArgs {
     /// Keep going past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
-    /// The KV cache's dtype (GGUF models): f16 (the default on the CPU, as llama.cpp's), bf16 or
+    /// The KV cache's dtype (Qwen3 / Llama models): f16 (the default on the CPU, as llama.cpp's), bf16 or
     /// f32. Half precision halves the cache's memory and what each decode step reads.
     #[arg(long, value_parser = ["f32", "f16", "bf16"])]
     kv_dtype: Option<String>,
@@ -69,13 +75,22 @@ fn flush_utf8(out: &mut impl Write, pending: &mut Vec<u8>) -> std::io::Result<()
 
 /// Runs `rlx generate`.
 pub fn generate(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
+    if a.model.is_dir() {
+        return generate_llm(out, a, device);
+    }
     match a.model.extension().and_then(|e| e.to_str()) {
-        Some("gguf") => generate_gguf(out, a, device),
+        Some("gguf") => generate_llm(out, a, device),
         // Branch point for checkpoints written by `rlx train` (char-level GPT, rlx-nn).
         Some("safetensors") => {
-            if a.prompt_ids.is_some() || a.json || a.top_p != 0.95 || a.repeat_penalty != 1.0 || a.kv_dtype.is_some() {
+            if a.prompt_ids.is_some()
+                || a.json
+                || a.top_p != 0.95
+                || a.repeat_penalty != 1.0
+                || a.kv_dtype.is_some()
+                || a.quantize.is_some()
+            {
                 return Err("a char-GPT checkpoint takes --prompt, --max-tokens, --temperature, --top-k and \
-                            --seed only (no --prompt-ids, --top-p, --repeat-penalty, --kv-dtype or --json)"
+                            --seed only (no --prompt-ids, --top-p, --repeat-penalty, --kv-dtype, --quantize or --json)"
                     .into());
             }
             let opts = rlx::nn::gpt::SampleOptions { temperature: a.temperature, top_k: a.top_k, seed: a.seed };
@@ -83,17 +98,14 @@ pub fn generate(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
             crate::train::generate_char_gpt(out, &a.model, prompt, a.max_tokens, opts, device)
         }
         _ => {
-            Err(format!("{}: expected a .gguf model or a .safetensors checkpoint from `rlx train`", a.model.display())
-                .into())
+            let m = a.model.display();
+            Err(format!("{m}: expected a .gguf model, a Hugging Face checkpoint folder or a .safetensors checkpoint from `rlx train`").into())
         }
     }
 }
 
-fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
-    let path = a.model.display().to_string();
-    let file = rlx::gguf::GgufFile::open(&a.model).map_err(|e| format!("{path}: {e}"))?;
-    let tok = GgufTokenizer::from_gguf(file.gguf(), &path)?;
-    drop(file);
+fn generate_llm(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res {
+    let tok = load_tokenizer(&a.model)?;
     let prompt = match (&a.prompt, &a.prompt_ids) {
         (Some(p), None) => tok.encode(p)?,
         (None, Some(ids)) => ids.clone(),
@@ -103,7 +115,12 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
         return Err("the prompt is empty: give at least one token".into());
     }
     let ctx = prompt.len() + a.max_tokens;
-    let mut m = LlmModel::load(&a.model, device, ctx)?;
+    let quantize = match a.quantize.as_deref() {
+        Some("q8_0") => Some(rlx::gguf::GgmlType::Q8_0),
+        Some(_) => Some(rlx::gguf::GgmlType::Q4_K),
+        None => None,
+    };
+    let mut m = LlmModel::load_with(&a.model, device, ctx, &LoadOptions { quantize })?;
     if let Some(dt) = &a.kv_dtype {
         let dt = match dt.as_str() {
             "f32" => DType::F32,
@@ -116,8 +133,7 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
         return Err(format!("{ctx} tokens exceed the model's context length {}", m.config().context_length).into());
     }
     // Load the mapped weights and compile both graphs before the timed prefill and decode.
-    let total = std::fs::metadata(&a.model).map(|m| m.len()).unwrap_or(0);
-    let pb = bytes_bar(total, "loading weights", a.json);
+    let pb = bytes_bar(0, "loading weights", a.json);
     m.warm_weights(|done, total| {
         pb.set_length(total);
         pb.set_position(done);
@@ -135,7 +151,7 @@ fn generate_gguf(out: &mut impl Write, a: &GenerateArgs, device: Device) -> Res 
         repeat_last_n: 64,
         seed: a.seed,
     };
-    let stop_tokens = if a.ignore_eos { vec![] } else { tok.eos.into_iter().collect() };
+    let stop_tokens = if a.ignore_eos { vec![] } else { tok.stop_tokens() };
     let opts = GenerateOptions { max_tokens: a.max_tokens, sampler, stop_tokens };
     // `RLX_PROFILE=1`: the backend's kernel times over prefill and decode, on stderr at the end.
     let session = Session::new(device);

@@ -1,4 +1,4 @@
-//! `rlx serve`: an OpenAI-compatible HTTP server for a Qwen3 / Llama GGUF model (rlx-serve).
+//! `rlx serve`: an OpenAI-compatible HTTP server for a Qwen3 / Llama model (rlx-serve).
 
 use rlx::prelude::*;
 use std::path::PathBuf;
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 /// The arguments of `rlx serve` (`--threads` is the global flag).
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// A `.gguf` model (Qwen3, Llama).
+    /// A Qwen3 / Llama model: a `.gguf` file or a Hugging Face checkpoint folder.
     #[arg(long)]
     model: PathBuf,
     /// Address to listen on.

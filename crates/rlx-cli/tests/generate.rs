@@ -54,3 +54,25 @@ fn bad_arguments_are_errors() {
     let out = rlx(&["generate", "--model", &model, "--prompt", "a", "--kv-dtype", "q4"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("f16"));
 }
+
+/// A Hugging Face checkpoint folder (tools/hf_tiny_llm.py): the same greedy tokens as its GGUF
+/// conversion, the text prompt through tokenizer.json, `--quantize`, and a typed error naming the
+/// tensor a quantizer cannot take.
+#[test]
+fn a_hugging_face_folder_generates_like_its_gguf_conversion() {
+    let hf = |n: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rlx-models/tests/fixtures/hf").join(n);
+    let (dir, gguf) = (hf("llama-bf16"), hf("llama-bf16.gguf"));
+    let opts = ["--prompt", "hello world, the tiny model", "--max-tokens", "16", "--temperature", "0", "--json"];
+    let tokens = |model: &PathBuf, extra: &[&str]| {
+        let out = rlx(&[&["generate", "--model", model.to_str().unwrap()], &opts[..], extra].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["tokens"].clone()
+    };
+    let t = tokens(&dir, &["--ignore-eos"]);
+    assert_eq!(t.as_array().unwrap().len(), 16);
+    assert_eq!(t, tokens(&gguf, &["--ignore-eos"]));
+    assert!(tokens(&dir, &["--quantize", "q8_0"]).is_array());
+    let out = rlx(&["generate", "--model", dir.to_str().unwrap(), "--prompt", "a", "--quantize", "q4_k"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("model.embed_tokens.weight") && err.contains("Q4_K"), "{err}");
+}

@@ -78,6 +78,8 @@ pub struct GgufTokenizer {
     pub eos: Option<u32>,
     /// Whether `encode` starts with `bos` (`tokenizer.ggml.add_bos_token`).
     pub add_bos: bool,
+    /// The Jinja chat template (`tokenizer.chat_template`), if the file has one.
+    pub chat_template: Option<String>,
 }
 
 impl std::fmt::Debug for GgufTokenizer {
@@ -145,7 +147,8 @@ impl GgufTokenizer {
         let ids = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let add_bos = flag("tokenizer.ggml.add_bos_token", matches!(kind, Kind::Spm { .. }));
         let (bos, eos) = (id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"));
-        Ok(GgufTokenizer { tokens, types, ids, kind, bos, eos, add_bos })
+        let chat_template = g.get("tokenizer.chat_template").and_then(Value::as_str).map(str::to_string);
+        Ok(GgufTokenizer { tokens, types, ids, kind, bos, eos, add_bos, chat_template })
     }
 
     /// Vocabulary size.

@@ -153,6 +153,23 @@ impl SafetensorsFile {
         Ok((info.dtype == Dtype::F32 && aligned).then(|| (self.map.clone(), range)))
     }
 
+    /// After `check`: the tensor's dtype and its byte range from the start of the file.
+    pub fn checked_range(&self, name: &str, expected: &[usize]) -> Result<(Dtype, Range<usize>)> {
+        let info = self.check(name, expected)?;
+        let base = 8 + self.header_len;
+        Ok((info.dtype, base + info.data_offsets.0..base + info.data_offsets.1))
+    }
+
+    /// The whole file's bytes (the memory map), shared: params may point into it.
+    pub fn shared_bytes(&self) -> FileBytes {
+        self.map.clone()
+    }
+
+    /// The whole file's bytes.
+    pub fn file_bytes(&self) -> &[u8] {
+        self.bytes()
+    }
+
     /// The tensor's data as f32, converted from F32, F16 or BF16, after checking that its
     /// shape is `expected`. F32 data is borrowed from the map when aligned.
     pub fn f32_tensor(&self, name: &str, expected: &[usize]) -> Result<Cow<'_, [f32]>> {

@@ -32,7 +32,7 @@ impl TokenBatch {
 /// reads one from a file; either mistake panics while encoding: a special token a template names
 /// but `special_tokens` does not define, and the second sequence (`$B`) in the template of one
 /// text. `p` is the post-processor as `tokenizers` serializes it.
-fn check_templates(p: &Value) -> std::result::Result<(), String> {
+pub(crate) fn check_templates(p: &Value) -> std::result::Result<(), String> {
     match p.get("type").and_then(Value::as_str) {
         Some("TemplateProcessing") => {
             let defined = p.get("special_tokens").and_then(Value::as_object);

@@ -43,7 +43,7 @@ impl ChatFormat {
     }
 
     /// The prompt text; special-token text in it (`<|im_start|>`) is to be encoded as the
-    /// control tokens themselves (`GgufTokenizer::encode_special`).
+    /// control tokens themselves (`LlmTokenizer::encode_special`).
     pub fn render(self, messages: &[Message]) -> String {
         let mut s = String::new();
         match self {

@@ -9,7 +9,7 @@
 use crate::metrics::Metrics;
 use crate::stop::{StopScanner, Utf8Assembler};
 use rlx_models::llm::{GenerateOptions, LlmModel, generate};
-use rlx_models::{GgufTokenizer, SamplerConfig};
+use rlx_models::{LlmTokenizer, SamplerConfig};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,7 +104,7 @@ pub struct SerialEngine {
 
 impl SerialEngine {
     /// Starts the worker; `queue` is how many requests may wait (at least 1).
-    pub fn start(model: LlmModel, tok: Arc<GgufTokenizer>, queue: usize, metrics: Arc<Metrics>) -> Self {
+    pub fn start(model: LlmModel, tok: Arc<dyn LlmTokenizer>, queue: usize, metrics: Arc<Metrics>) -> Self {
         let capacity = queue.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let stopping = Arc::new(AtomicBool::new(false));
@@ -144,7 +144,7 @@ impl Engine for SerialEngine {
 
 struct Worker {
     model: LlmModel,
-    tok: Arc<GgufTokenizer>,
+    tok: Arc<dyn LlmTokenizer>,
     metrics: Arc<Metrics>,
     stopping: Arc<AtomicBool>,
 }

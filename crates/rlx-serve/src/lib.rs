@@ -1,4 +1,5 @@
-//! `rlx serve`: an OpenAI-compatible HTTP server for Qwen3 / Llama GGUF models.
+//! `rlx serve`: an OpenAI-compatible HTTP server for Qwen3 / Llama models (GGUF files or Hugging
+//! Face checkpoint folders).
 //!
 //! - `server`: start-up, the axum router (`/v1/completions`, `/v1/chat/completions`,
 //!   `/v1/models`, `/health`, `/metrics`), server-sent events, SIGINT / SIGTERM.

@@ -14,8 +14,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rlx_driver::Device;
-use rlx_models::llm::{LlmConfig, LlmModel};
-use rlx_models::{GgufTokenizer, SamplerConfig};
+use rlx_models::llm::LlmModel;
+use rlx_models::{LlmTokenizer, SamplerConfig, load_tokenizer};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 /// How `rlx serve` is set up.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    /// The GGUF model (Qwen3, Llama).
+    /// The model (Qwen3, Llama): a `.gguf` file or a Hugging Face checkpoint folder.
     pub model: PathBuf,
     /// Address to listen on.
     pub host: String,
@@ -66,7 +66,7 @@ impl ServeConfig {
 /// What the handlers share.
 struct AppState {
     engine: Arc<dyn Engine>,
-    tok: Arc<GgufTokenizer>,
+    tok: Arc<dyn LlmTokenizer>,
     chat: ChatFormat,
     chat_stops: Vec<u32>,
     ctx: usize,
@@ -95,15 +95,11 @@ impl Server {
         if cfg.max_batch == 0 || cfg.queue == 0 {
             return Err(ServeError::Config("--max-batch and --queue must be at least 1".into()));
         }
-        let path = cfg.model.display().to_string();
-        let file_err = |e: &dyn std::fmt::Display| ServeError::File { path: path.clone(), reason: e.to_string() };
-        let file = rlx_gguf::GgufFile::open(&cfg.model).map_err(|e| file_err(&e))?;
-        let tok = Arc::new(GgufTokenizer::from_gguf(file.gguf(), &path)?);
-        let template = file.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
-        let chat = ChatFormat::detect(template.as_deref());
+        // A `.gguf` file or a Hugging Face checkpoint folder.
+        let tok: Arc<dyn LlmTokenizer> = Arc::from(load_tokenizer(&cfg.model)?);
+        let chat = ChatFormat::detect(tok.chat_template());
         let chat_stops = chat.end_tokens().iter().filter_map(|t| tok.token_id(t)).collect();
-        let model_ctx = LlmConfig::from_gguf(file.gguf(), &path)?.context_length;
-        drop(file);
+        let model_ctx = LlmModel::read_config(&cfg.model)?.context_length;
         let ctx = cfg.ctx.unwrap_or(model_ctx.min(4096));
         if ctx == 0 || ctx > model_ctx {
             return Err(ServeError::Config(format!("--ctx {ctx} must be in [1, {model_ctx}] (the model's context)")));
@@ -264,7 +260,7 @@ async fn respond(s: Shared, body: Bytes, chat: bool) -> Result<Response, ApiErro
     let (prompt, mut stop_tokens, mut stop) = if chat {
         let msgs = api::messages(&o)?;
         let text = s.chat.render(&msgs);
-        let add_bos = s.tok.add_bos && !s.chat.has_bos();
+        let add_bos = s.tok.add_bos() && !s.chat.has_bos();
         let ids = s.tok.encode_special(&text, add_bos).map_err(|e| ApiError::bad("messages", e.to_string()))?;
         let stops: Vec<String> = s.chat.stop_strings().iter().map(|x| x.to_string()).collect();
         (ids, s.chat_stops.clone(), stops)
@@ -278,7 +274,7 @@ async fn respond(s: Shared, body: Bytes, chat: bool) -> Result<Response, ApiErro
         }
         (ids, vec![], vec![])
     };
-    stop_tokens.extend(s.tok.eos);
+    stop_tokens.extend(s.tok.stop_tokens());
     stop.extend(sampling.stop.iter().cloned());
     if prompt.is_empty() {
         return Err(ApiError::bad(if chat { "messages" } else { "prompt" }, "the prompt has no tokens"));

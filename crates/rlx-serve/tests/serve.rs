@@ -137,3 +137,31 @@ fn stop_strings_cut_the_text_and_are_never_streamed() {
     }
     server.shutdown().unwrap();
 }
+
+/// A Hugging Face checkpoint folder serves like a GGUF file: its tokenizer.json, the ChatML
+/// template of its tokenizer_config.json (the prompt format) and the stop ids of
+/// generation_config.json; a chat reply is the library's greedy text for the same prompt.
+#[test]
+fn a_hugging_face_folder_serves_chat_with_its_template() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rlx-models/tests/fixtures/hf/qwen3-bf16");
+    let tok = rlx_models::load_tokenizer(&dir).unwrap();
+    let chat = ChatFormat::detect(tok.chat_template());
+    assert_eq!(chat, ChatFormat::ChatMl);
+    let msgs = [Message { role: "user".into(), content: "hello world".into() }];
+    let ids = tok.encode_special(&chat.render(&msgs), tok.add_bos()).unwrap();
+    let mut stop_tokens = tok.stop_tokens();
+    stop_tokens.extend(chat.end_tokens().iter().filter_map(|t| tok.token_id(t)));
+    let opts = GenerateOptions { max_tokens: MAX_TOKENS, sampler: SamplerConfig::default(), stop_tokens };
+    let mut model = LlmModel::load(&dir, Device::Cpu, CTX).unwrap();
+    let want = tok.decode(&generate(&mut model, &ids, &opts, |_| true).unwrap().tokens);
+    drop(model);
+
+    let mut cfg = rlx_serve::ServeConfig::new(dir);
+    (cfg.port, cfg.ctx, cfg.queue) = (0, Some(CTX), 4);
+    let server = rlx_serve::Server::start(cfg).expect("server starts");
+    let body = json!({"model": "m", "max_tokens": MAX_TOKENS, "temperature": 0,
+        "messages": [{"role": "user", "content": "hello world"}]});
+    let (text, _, _) = outcome(&post(server.addr(), "/v1/chat/completions", &body), true, false);
+    assert_eq!(text, want);
+    server.shutdown().unwrap();
+}

@@ -211,7 +211,8 @@ class Embedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 class LLM:
-    """A Qwen3 / Llama model from a GGUF file, with its own tokenizer."""
+    """A Qwen3 / Llama model from a GGUF file or a Hugging Face checkpoint folder, with its own
+    tokenizer."""
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -219,6 +220,7 @@ class LLM:
         threads: int | None = ...,
         ctx: int | None = ...,
         kv_dtype: str | None = ...,
+        quantize: str | None = ...,
     ) -> None: ...
     @property
     def vocab_size(self) -> int: ...

@@ -27,9 +27,80 @@ impl Arch {
     }
 
     /// Whether GGUF q/k rows rotate adjacent pairs (llama.cpp's `LLAMA_ROPE_TYPE_NORM`): the graph
-    /// uses the interleaved `rope`.
+    /// uses the interleaved `rope`. Hugging Face checkpoints of both rotate halves.
     pub fn interleaved_rope(self) -> bool {
         self == Arch::Llama
+    }
+}
+
+/// A RoPE frequency scaling (Hugging Face `rope_scaling`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// `linear`: every frequency divided by `factor` (position interpolation).
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// `llama3`: low frequencies divided by `factor`, high ones kept, a smooth ramp between
+    /// (Llama 3.1+, HF's `_compute_llama3_parameters`).
+    Llama3 {
+        /// The divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context length the model was pretrained with.
+        original_max_position_embeddings: f64,
+    },
+}
+
+impl RopeScaling {
+    /// Applies the scaling to the unscaled inverse frequencies `inv`.
+    pub fn apply(&self, inv: &[f64]) -> Vec<f64> {
+        match *self {
+            RopeScaling::Linear { factor } => inv.iter().map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: lo,
+                high_freq_factor: hi,
+                original_max_position_embeddings: n,
+            } => {
+                let (low_wavelen, high_wavelen) = (n / lo, n / hi);
+                inv.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (n / wavelen - lo) / (hi - lo);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        match *self {
+            RopeScaling::Linear { factor } if ok(factor) => Ok(()),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }
+                if ok(factor)
+                    && ok(low_freq_factor)
+                    && ok(original_max_position_embeddings)
+                    && high_freq_factor.is_finite()
+                    && high_freq_factor > low_freq_factor =>
+            {
+                Ok(())
+            }
+            s => Err(format!(
+                "bad rope_scaling {s:?}: factors must be finite and > 0, high_freq_factor > low_freq_factor"
+            )),
+        }
     }
 }
 
@@ -58,7 +129,15 @@ pub struct LlmConfig {
     pub rope_theta: f64,
     /// The context length the model was trained for.
     pub context_length: usize,
+    /// Whether RoPE rotates adjacent pairs of q/k (GGUF Llama rows) rather than the two halves.
+    pub rope_interleaved: bool,
+    /// RoPE frequency scaling, if any.
+    pub rope_scaling: Option<RopeScaling>,
 }
+
+/// The largest width, head count or feed-forward size accepted: far above any released model,
+/// low enough that products of sizes cannot overflow.
+pub const MAX_DIM: usize = 1 << 20;
 
 fn meta_err(path: &str, reason: String) -> Error {
     Error::ModelFile { path: path.to_string(), reason }
@@ -139,12 +218,21 @@ impl LlmConfig {
             rms_eps: float("attention.layer_norm_rms_epsilon", 1e-6)?,
             rope_theta: float("rope.freq_base", 10000.0)?,
             context_length: int("context_length")?.unwrap_or(2048),
+            rope_interleaved: arch.interleaved_rope(),
+            rope_scaling: None,
         };
         cfg.validate().map_err(|r| meta_err(path, r))?;
         Ok(cfg)
     }
 
-    /// Checks that the sizes fit together.
+    /// The RoPE inverse frequencies `theta^(-2i/d)` with the scaling applied, when scaled (the
+    /// graph's `rope` op computes the unscaled ones itself).
+    pub fn scaled_inv_freq(&self) -> Option<Vec<f64>> {
+        let s = self.rope_scaling?;
+        Some(s.apply(&rlx_ir::ops::rope::rope_inv_freq(self.rope_theta, self.head_dim)))
+    }
+
+    /// Checks that the sizes fit together and lie in range.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return Err(format!(
@@ -160,6 +248,23 @@ impl LlmConfig {
                 "embedding_length {}, feed_forward_length {}, block_count {} and the vocabulary {} must be > 0",
                 self.hidden, self.ffn, self.layers, self.vocab_size
             ));
+        }
+        let dims = [self.hidden, self.ffn, self.heads, self.head_dim, self.layers];
+        // Each bounded first, so that the product cannot overflow.
+        if dims.iter().any(|&d| d > MAX_DIM) || self.heads * self.head_dim > MAX_DIM || self.vocab_size > MAX_DIM * 16 {
+            return Err(format!(
+                "sizes out of range: hidden {}, ffn {}, heads {} x head dim {}, layers {}, vocabulary {} (at most {MAX_DIM}, the vocabulary {})",
+                self.hidden,
+                self.ffn,
+                self.heads,
+                self.head_dim,
+                self.layers,
+                self.vocab_size,
+                MAX_DIM * 16
+            ));
+        }
+        if let Some(s) = &self.rope_scaling {
+            s.validate()?;
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0 && self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(format!("bad rope.freq_base {} or rms epsilon {}", self.rope_theta, self.rms_eps));

@@ -3,7 +3,7 @@
 
 use super::config::LlmConfig;
 use super::weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind};
-use rlx_ir::{DType, Graph, NodeId, Shape};
+use rlx_ir::{DType, Graph, HostTensor, NodeId, Shape};
 
 /// Input names of the LLM graphs.
 pub mod names {
@@ -68,6 +68,46 @@ fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> 
     (g.param(&w.gguf_name(), s), kind)
 }
 
+/// RoPE of x `[b, h, s, d]` with the inverse frequencies `inv` (`d / 2` of them): the
+/// decomposition of the `rope` op with another table, for scaled frequencies, which the op
+/// (a frequency base only) does not take.
+fn rope_with_freqs(
+    g: &mut Graph,
+    x: NodeId,
+    positions: NodeId,
+    inv: &[f64],
+    interleaved: bool,
+    bhs: [usize; 3],
+) -> NodeId {
+    let [b, h, s] = bhs;
+    let half = inv.len();
+    let d = 2 * half;
+    let table = HostTensor::from_f64(&[1, half], DType::F32, inv).expect("[1, d/2] holds d/2 values");
+    let inv_t = g.constant(table);
+    let p = g.cast(positions, DType::F32);
+    let p = g.reshape(p, &[s, 1]);
+    let ang = g.mul(p, inv_t);
+    let (c, sn) = (g.cos(ang), g.sin(ang));
+    let (x1, x2, c, sn) = if interleaved {
+        // Pairs as a trailing axis of 2: [b, h, s, d/2, 2], tables [s, d/2, 1].
+        let x5 = g.reshape(x, &[b, h, s, half, 2]);
+        let x1 = g.slice(x5, &[0, 0, 0, 0, 0], &[b, h, s, half, 1], &[1, 1, 1, 1, 1]);
+        let x2 = g.slice(x5, &[0, 0, 0, 0, 1], &[b, h, s, half, 2], &[1, 1, 1, 1, 1]);
+        (x1, x2, g.reshape(c, &[s, half, 1]), g.reshape(sn, &[s, half, 1]))
+    } else {
+        let x1 = g.slice(x, &[0, 0, 0, 0], &[b, h, s, half], &[1, 1, 1, 1]);
+        let x2 = g.slice(x, &[0, 0, 0, half], &[b, h, s, d], &[1, 1, 1, 1]);
+        (x1, x2, c, sn)
+    };
+    // (x1 cos - x2 sin, x2 cos + x1 sin), as the op.
+    let (a, e) = (g.mul(x1, c), g.mul(x2, sn));
+    let o1 = g.sub(a, e);
+    let (a, e) = (g.mul(x2, c), g.mul(x1, sn));
+    let o2 = g.add(a, e);
+    let y = g.concat(&[o1, o2], -1);
+    if interleaved { g.reshape(y, &[b, h, s, d]) } else { y }
+}
+
 /// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
 /// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]` of
 /// dtype `kv_dtype` (f32, or f16/bf16: rounded as they are stored, widened as attention reads
@@ -106,6 +146,7 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
         _ => g.reshape(x, &[b * s, h]),
     };
     let scale = 1.0 / (hd as f32).sqrt();
+    let inv_freq = cfg.scaled_inv_freq();
     for l in 0..cfg.layers {
         let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));
         use LayerWeight::*;
@@ -128,7 +169,11 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
         let k = g.transpose(k, &[0, 2, 1, 3]);
         let v = g.reshape(v, &[b, s, kvh, hd]);
         let v = g.transpose(v, &[0, 2, 1, 3]);
-        let (q, k) = if cfg.arch.interleaved_rope() {
+        let (q, k) = if let Some(inv) = &inv_freq {
+            let it = cfg.rope_interleaved;
+            let qr = rope_with_freqs(&mut g, q, positions, inv, it, [b, nh, s]);
+            (qr, rope_with_freqs(&mut g, k, positions, inv, it, [b, kvh, s]))
+        } else if cfg.rope_interleaved {
             (g.rope_interleaved(q, positions, theta), g.rope_interleaved(k, positions, theta))
         } else {
             (g.rope(q, positions, theta), g.rope(k, positions, theta))

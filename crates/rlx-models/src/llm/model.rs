@@ -1,8 +1,9 @@
-//! `LlmModel`: a Qwen3 / Llama GGUF file run on an rlx device, with compiled graphs per shape
+//! `LlmModel`: a Qwen3 / Llama model (GGUF file or Hugging Face folder) run on an rlx device, with compiled graphs per shape
 //! (kept for reuse), prefill and one-token decode over a KV cache, batched over sequences.
 
 use super::config::LlmConfig;
 use super::graph::{GraphSpec, k_cache_name, llm_graph, names, v_cache_name};
+use super::hf::{HfCheckpoint, read_config};
 use super::weights::LlmWeights;
 use rlx_driver::Device;
 use rlx_ir::{DType, Error, Result};
@@ -10,6 +11,15 @@ use rlx_runtime::{CompiledGraph, Session};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+
+/// How `LlmModel::load_with` prepares the weights.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Quantize the float (F32 / F16 / BF16) linear weights and the token embedding to this
+    /// block format on load (`Q8_0`, `Q4_K`, ...: any with a quantizer); rows must be a
+    /// multiple of its block. Norms stay f32; already-quantized weights stay as they are.
+    pub quantize: Option<rlx_gguf::GgmlType>,
+}
 
 /// Where the sequences of the current batch stand in the cache.
 #[derive(Debug, Clone)]
@@ -31,7 +41,7 @@ struct Io {
     logits: Vec<f32>,
 }
 
-/// A decoder-only language model from a GGUF file.
+/// A decoder-only language model from a GGUF file or a Hugging Face checkpoint folder.
 ///
 /// Every compiled graph (prefill per prompt length, decode, full logits) uses the same weight
 /// buffers, read in place from the memory-mapped file where the bytes need no change, and the
@@ -55,18 +65,45 @@ impl std::fmt::Debug for LlmModel {
 }
 
 impl LlmModel {
-    /// Loads a GGUF model for `device` with room for `max_ctx` tokens per sequence (prompt and
-    /// generated); checks every weight's name and shape up front. The KV cache is f16 where the
-    /// backend's attention reads half-precision caches (`Capabilities::half_kv_cache`: the CPU;
-    /// llama.cpp's default, half the memory and the bytes each decode step reads), f32
+    /// Loads a model for `device` with room for `max_ctx` tokens per sequence (prompt and
+    /// generated): a `.gguf` file, or a Hugging Face checkpoint folder (`config.json` and
+    /// safetensors shards); checks every weight's name and shape up front. The KV cache is f16
+    /// where the backend's attention reads half-precision caches (`Capabilities::half_kv_cache`:
+    /// the CPU; llama.cpp's default, half the memory and the bytes each decode step reads), f32
     /// elsewhere; `with_kv_dtype` picks another.
     pub fn load(path: impl AsRef<Path>, device: Device, max_ctx: usize) -> Result<Self> {
+        Self::load_with(path, device, max_ctx, &LoadOptions::default())
+    }
+
+    /// The config of the model at `path` (a `.gguf` file or a checkpoint folder), without
+    /// loading its weights.
+    pub fn read_config(path: impl AsRef<Path>) -> Result<LlmConfig> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return Ok(read_config(path)?.cfg);
+        }
         let p = path.display().to_string();
         let file =
             rlx_gguf::GgufFile::open(path).map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
-        let cfg = LlmConfig::from_gguf(file.gguf(), &p)?;
-        let weights = LlmWeights::from_file(file, &p, &cfg)?;
+        LlmConfig::from_gguf(file.gguf(), &p)
+    }
+
+    /// `load` with options (on-load quantization).
+    pub fn load_with(path: impl AsRef<Path>, device: Device, max_ctx: usize, opts: &LoadOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let p = path.display().to_string();
+        let (cfg, weights) = if path.is_dir() {
+            let hf = read_config(path)?;
+            let ck = HfCheckpoint::open(path)?;
+            let w = LlmWeights::from_hf(ck, &hf.cfg, hf.tied, opts.quantize)?;
+            (hf.cfg, w)
+        } else {
+            let file = rlx_gguf::GgufFile::open(path)
+                .map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
+            let cfg = LlmConfig::from_gguf(file.gguf(), &p)?;
+            let w = LlmWeights::from_gguf(file, &p, &cfg, opts.quantize)?;
+            (cfg, w)
+        };
         if max_ctx == 0 {
             return Err(Error::eval("llm", "max_ctx must be > 0"));
         }
@@ -110,7 +147,7 @@ impl LlmModel {
         &self.cfg
     }
 
-    /// The weights and the GGUF file they come from.
+    /// The weights and the file(s) they come from.
     pub fn weights(&self) -> &LlmWeights {
         &self.weights
     }
@@ -187,9 +224,12 @@ impl LlmModel {
         for (i, p) in self.weights.params().iter().enumerate() {
             let name = p.weight.gguf_name();
             let dtype = LlmWeights::dtype(p);
-            match self.weights.file_range(p) {
-                Some(r) => c.bind_param_external(&name, self.weights.clone(), r, dtype)?,
-                None => {
+            match (self.weights.file_range(p), p.shard()) {
+                (Some(r), Some(shard)) => {
+                    let owner = Arc::new(ShardBytes { weights: self.weights.clone(), shard });
+                    c.bind_param_external(&name, owner, r, dtype)?
+                }
+                _ => {
                     let owner = Arc::new(OwnedParam { weights: self.weights.clone(), index: i });
                     let len = self.weights.bytes(p).len();
                     c.bind_param_external(&name, owner, 0..len, dtype)?
@@ -381,6 +421,19 @@ impl LlmModel {
         }
         let k = c.inputs().len().min(4);
         c.run_into(&ins[..k], &mut [bytemuck::cast_slice_mut(&mut io.logits)])
+    }
+}
+
+/// One memory-mapped weight file (the GGUF file, or a safetensors shard) as the read-only
+/// bytes of graph params.
+struct ShardBytes {
+    weights: Arc<LlmWeights>,
+    shard: usize,
+}
+
+impl AsRef<[u8]> for ShardBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.weights.shard_bytes(self.shard)
     }
 }
 

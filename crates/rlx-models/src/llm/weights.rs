@@ -1,7 +1,9 @@
 //! Qwen3 / Llama weights: the one table of GGUF and Hugging Face names, shape checks, and the
-//! param data of each weight (quantized linear weights stay packed).
+//! param data of each weight (quantized linear weights stay packed), from a GGUF file or the
+//! safetensors shards of a Hugging Face checkpoint, optionally quantized on load.
 
 use super::config::LlmConfig;
+use super::hf::HfCheckpoint;
 use rlx_gguf::{GgmlType, GgufFile, TensorView};
 use rlx_ir::{DType, Error, QuantScheme, Result};
 use std::ops::Range;
@@ -160,7 +162,11 @@ pub enum ParamKind {
 }
 
 enum Bytes {
-    File(Range<usize>),
+    /// Bytes `range` of shard `shard` (the GGUF file is shard 0).
+    File {
+        shard: usize,
+        range: Range<usize>,
+    },
     Owned(Vec<u8>),
 }
 
@@ -173,9 +179,63 @@ pub struct ParamData {
     bytes: Bytes,
 }
 
-/// The weights of a GGUF model, checked against the config and ready to set as params.
+impl ParamData {
+    /// The shard whose bytes the param uses unchanged, if it does (`None`: a converted copy).
+    pub fn shard(&self) -> Option<usize> {
+        match self.bytes {
+            Bytes::File { shard, .. } => Some(shard),
+            Bytes::Owned(_) => None,
+        }
+    }
+}
+
+/// Where the weights come from.
+enum Source {
+    Gguf(GgufFile),
+    Hf(HfCheckpoint),
+}
+
+/// A weight's tensor as stored: element type, bytes, where they lie, and names for errors.
+struct Stored<'a> {
+    ty: GgmlType,
+    data: &'a [u8],
+    shard: usize,
+    start: usize,
+    path: String,
+    name: String,
+}
+
+impl Source {
+    /// The tensor holding `w`, checked for the shape the model needs.
+    fn stored(&self, path: &str, w: LlmWeight, cfg: &LlmConfig) -> Result<Stored<'_>> {
+        match self {
+            Source::Gguf(file) => {
+                let view = LlmWeights::view(file, path, w, cfg)?;
+                let start = view.data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+                let name = view.info.name.clone();
+                Ok(Stored { ty: view.info.ty, data: view.data, shard: 0, start, path: path.into(), name })
+            }
+            Source::Hf(ck) => {
+                let name = w.hf_name();
+                let t = ck.tensor(&name, &w.shape(cfg))?;
+                let path = t.path.display().to_string();
+                Ok(Stored { ty: t.ty, data: t.data, shard: t.shard, start: t.range.start, path, name })
+            }
+        }
+    }
+
+    fn shard_bytes(&self, shard: usize) -> &[u8] {
+        match self {
+            Source::Gguf(f) => f.bytes(),
+            Source::Hf(ck) => ck.shard_bytes(shard),
+        }
+    }
+}
+
+/// The weights of a GGUF file or a Hugging Face checkpoint, checked against the config and
+/// ready to set as params.
 pub struct LlmWeights {
-    file: GgufFile,
+    source: Source,
     params: Vec<ParamData>,
     /// Whether the LM head is the token embedding.
     pub tied: bool,
@@ -201,14 +261,36 @@ impl LlmWeights {
 
     /// Checks and prepares the weights of an opened file; `path` names it in errors.
     pub fn from_file(file: GgufFile, path: &str, cfg: &LlmConfig) -> Result<Self> {
+        Self::from_gguf(file, path, cfg, None)
+    }
+
+    /// `from_file`, with the float linear weights and the token embedding quantized to
+    /// `quantize` (a block format with a quantizer: Q8_0, Q4_K, ...) when given.
+    pub fn from_gguf(file: GgufFile, path: &str, cfg: &LlmConfig, quantize: Option<GgmlType>) -> Result<Self> {
         let tied = file.gguf().tensor_info("output.weight").is_none();
+        Self::build(Source::Gguf(file), path, cfg, tied, quantize)
+    }
+
+    /// The weights of a Hugging Face checkpoint (`tied`: `tie_word_embeddings`), quantized to
+    /// `quantize` as `from_gguf` does.
+    pub fn from_hf(ck: HfCheckpoint, cfg: &LlmConfig, tied: bool, quantize: Option<GgmlType>) -> Result<Self> {
+        let path = ck.dir().display().to_string();
+        Self::build(Source::Hf(ck), &path, cfg, tied, quantize)
+    }
+
+    fn build(source: Source, path: &str, cfg: &LlmConfig, tied: bool, quantize: Option<GgmlType>) -> Result<Self> {
+        if let Some(q) = quantize
+            && (q.scheme().is_none() || !q.can_quantize())
+        {
+            return Err(Error::ModelFile { path: path.into(), reason: format!("cannot quantize weights to {q}") });
+        }
         let mut params = vec![];
         for w in LlmWeight::all(cfg) {
             let src = if w == LlmWeight::Output && tied { LlmWeight::TokenEmbd } else { w };
-            let view = Self::view(&file, path, src, cfg)?;
-            params.push(Self::prepare(&file, path, w, view, cfg)?);
+            let st = source.stored(path, src, cfg)?;
+            params.push(Self::prepare(w, st, cfg, quantize)?);
         }
-        Ok(LlmWeights { file, params, tied })
+        Ok(LlmWeights { source, params, tied })
     }
 
     /// The file's tensor, checked for the shape the model needs.
@@ -229,43 +311,51 @@ impl LlmWeights {
         Ok(view)
     }
 
-    fn prepare(file: &GgufFile, path: &str, w: LlmWeight, view: TensorView<'_>, cfg: &LlmConfig) -> Result<ParamData> {
-        let ty = view.info.ty;
-        let err = |reason: String| Error::ModelFile { path: path.into(), reason };
+    fn prepare(w: LlmWeight, st: Stored<'_>, cfg: &LlmConfig, quantize: Option<GgmlType>) -> Result<ParamData> {
+        let ty = st.ty;
+        let err = |reason: String| Error::ModelFile {
+            path: st.path.clone(),
+            reason: format!("tensor `{}`: {reason}", st.name),
+        };
         let shape = w.shape(cfg);
-        let base = file.bytes().as_ptr() as usize;
-        let start = view.data.as_ptr() as usize - base;
-        let in_file = start..start + view.data.len();
+        let numel: usize = shape.iter().product();
+        let in_file = Bytes::File { shard: st.shard, range: st.start..st.start + st.data.len() };
+        let is_float = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let widen = || rlx_gguf::dequantize(ty, st.data, numel).map_err(|e| err(e.to_string()));
+        if let Some(q) = quantize
+            && is_float
+            && (w.is_linear() || w == LlmWeight::TokenEmbd)
+        {
+            let scheme = q.scheme().ok_or_else(|| err(format!("cannot quantize to {q}")))?;
+            scheme.row_bytes(shape[1]).map_err(|e| err(format!("cannot quantize to {q}: {e}")))?;
+            let packed = rlx_gguf::quantize(q, &widen()?).map_err(|e| err(format!("cannot quantize to {q}: {e}")))?;
+            return Ok(ParamData { weight: w, kind: ParamKind::Packed(scheme), bytes: Bytes::Owned(packed) });
+        }
+        // Kernels read params as typed slices: bytes not aligned for their type are copied.
+        let aligned = st.start.is_multiple_of(if ty == GgmlType::F32 { 4 } else { 2 });
         // The token embedding stays packed too: the graph gathers packed rows and dequantizes them.
         let packed_embd = w == LlmWeight::TokenEmbd && ty.scheme().is_some();
-        let packed = (w.is_linear() || packed_embd) && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let packed = (w.is_linear() || packed_embd) && !is_float;
         let (kind, bytes) = if packed {
-            let scheme = ty.scheme().ok_or_else(|| {
-                err(format!("tensor `{}`: ggml type {ty} is not a block type RLX can dequantize", view.info.name))
-            })?;
-            let rb = scheme.row_bytes(shape[1]).map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
-            if rb * shape[0] != view.data.len() {
-                return Err(err(format!(
-                    "tensor `{}`: {} bytes for {} rows of {rb}",
-                    view.info.name,
-                    view.data.len(),
-                    shape[0]
-                )));
+            let scheme =
+                ty.scheme().ok_or_else(|| err(format!("ggml type {ty} is not a block type RLX can dequantize")))?;
+            let rb = scheme.row_bytes(shape[1]).map_err(|e| err(e.to_string()))?;
+            if rb * shape[0] != st.data.len() {
+                return Err(err(format!("{} bytes for {} rows of {rb}", st.data.len(), shape[0])));
             }
-            (ParamKind::Packed(scheme), Bytes::File(in_file))
-        } else if ty == GgmlType::F32 {
-            (ParamKind::Dense, Bytes::File(in_file))
-        } else if w == LlmWeight::TokenEmbd && matches!(ty, GgmlType::F16 | GgmlType::BF16) {
+            (ParamKind::Packed(scheme), in_file)
+        } else if ty == GgmlType::F32 && aligned {
+            (ParamKind::Dense, in_file)
+        } else if w == LlmWeight::TokenEmbd && matches!(ty, GgmlType::F16 | GgmlType::BF16) && aligned {
             let dt = if ty == GgmlType::F16 { DType::F16 } else { DType::BF16 };
-            (ParamKind::Half(dt), Bytes::File(in_file))
+            (ParamKind::Half(dt), in_file)
         } else {
             let kind = match ty {
                 GgmlType::F16 if w.is_linear() => ParamKind::DenseHalf(DType::F16),
                 GgmlType::BF16 if w.is_linear() => ParamKind::DenseHalf(DType::BF16),
                 _ => ParamKind::Dense,
             };
-            let v = view.to_f32().map_err(|e| err(format!("tensor `{}`: {e}", view.info.name)))?;
-            (kind, Bytes::Owned(f32_bytes(&v)))
+            (kind, Bytes::Owned(f32_bytes(&widen()?)))
         };
         Ok(ParamData { weight: w, kind, bytes })
     }
@@ -280,20 +370,26 @@ impl LlmWeights {
         self.params.iter().find(|p| p.weight == w).map(|p| p.kind).unwrap_or(ParamKind::Dense)
     }
 
-    /// The param bytes of `p` (little-endian f32, or packed u8 rows).
+    /// The param bytes of `p` (little-endian f32, f16/bf16, or packed u8 rows).
     pub fn bytes<'a>(&'a self, p: &'a ParamData) -> &'a [u8] {
         match &p.bytes {
-            Bytes::File(r) => &self.file.bytes()[r.clone()],
+            Bytes::File { shard, range } => &self.source.shard_bytes(*shard)[range.clone()],
             Bytes::Owned(v) => v,
         }
     }
 
-    /// Where `p`'s bytes lie in the file, when the param uses them unchanged (no copy needed).
+    /// Where `p`'s bytes lie in its shard (`ParamData::shard`), when the param uses them
+    /// unchanged (no copy needed).
     pub fn file_range(&self, p: &ParamData) -> Option<Range<usize>> {
         match &p.bytes {
-            Bytes::File(r) => Some(r.clone()),
+            Bytes::File { range, .. } => Some(range.clone()),
             Bytes::Owned(_) => None,
         }
+    }
+
+    /// The whole bytes of shard `i` (the GGUF file, or the `i`-th safetensors shard).
+    pub fn shard_bytes(&self, i: usize) -> &[u8] {
+        self.source.shard_bytes(i)
     }
 
     /// The graph param dtype of `p`.
@@ -305,15 +401,19 @@ impl LlmWeights {
         }
     }
 
-    /// The opened GGUF file (metadata, tokenizer).
-    pub fn file(&self) -> &GgufFile {
-        &self.file
+    /// The GGUF file the weights come from (metadata, tokenizer), if they come from one.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        match &self.source {
+            Source::Gguf(f) => Some(f),
+            Source::Hf(_) => None,
+        }
     }
-}
 
-/// The whole file's bytes, so that graph params can point into the memory map.
-impl AsRef<[u8]> for LlmWeights {
-    fn as_ref(&self) -> &[u8] {
-        self.file.bytes()
+    /// The Hugging Face checkpoint the weights come from, if they come from one.
+    pub fn hf(&self) -> Option<&HfCheckpoint> {
+        match &self.source {
+            Source::Hf(c) => Some(c),
+            Source::Gguf(_) => None,
+        }
     }
 }
