@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""pyrlx overhead and speed, side by side in one process (figures go in BENCHMARKS.md).
+"""pyrlx overhead and speed, side by side in one process (figures go in docs/benchmarks-history.md).
 
 1. A tiny graph (f32[4] * 2 + 1): seconds per run from Python (`CompiledGraph.run` with a dict,
    `CompiledGraph.call` positional, an `rlx.jit` function) against the same compiled graph run
