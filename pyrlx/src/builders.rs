@@ -1,4 +1,4 @@
-//! The typed builder methods of `rlx.Graph`, one per builder of `rlx_ir::Graph`. Families are
+//! The typed builder methods of `rlx.Graph`, one per builder of `rlx::ir::Graph`. Families are
 //! generated from name lists; every other op is also reachable through `Graph.op`.
 
 use crate::convert::dtype_arg;
@@ -6,8 +6,8 @@ use crate::errors::IntoPy;
 use crate::graph::{Id, PyGraph, PyNode, ids};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use rlx_ir::ops::{Attention, BinaryKind, CompareKind, CustomFn, HeadLayout, ReduceKind, UnaryKind};
-use rlx_ir::{Graph, MaskKind, NodeId, QuantScheme};
+use rlx::ir::ops::{Attention, BinaryKind, CompareKind, CustomFn, HeadLayout, ReduceKind, UnaryKind};
+use rlx::ir::{Graph, MaskKind, NodeId, QuantScheme};
 
 macro_rules! unary_methods {
     ($($f:ident),* $(,)?) => {

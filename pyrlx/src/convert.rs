@@ -8,7 +8,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyString, PyTuple};
-use rlx_ir::{DType, Dim, Error, HostTensor, Shape};
+use rlx::ir::{DType, Dim, Error, HostTensor, Shape};
 
 /// Cached numpy entry points and the numpy dtype of each RLX dtype (bf16 needs ml_dtypes).
 struct Numpy {

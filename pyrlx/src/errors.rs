@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use rlx_ir::Error;
+use rlx::ir::Error;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Maps an RLX error to the Python exception of its kind: ValueError for shapes, dtypes and
@@ -29,7 +29,7 @@ pub trait IntoPy<T> {
     fn py(self) -> PyResult<T>;
 }
 
-impl<T> IntoPy<T> for rlx_ir::Result<T> {
+impl<T> IntoPy<T> for rlx::ir::Result<T> {
     fn py(self) -> PyResult<T> {
         self.map_err(to_py)
     }

@@ -1,4 +1,4 @@
-//! `rlx.Graph`: the graph builder of `rlx_ir::Graph`, one to one, with shape inference. Builder
+//! `rlx.Graph`: the graph builder of `rlx::ir::Graph`, one to one, with shape inference. Builder
 //! errors are raised at once (ValueError with the op, node and input types) and the graph is
 //! left as it was before the failing call.
 
@@ -7,7 +7,7 @@ use crate::errors::{IntoPy, guard, to_py};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
-use rlx_ir::{DType, Error, Graph, NodeId, Op, Shape};
+use rlx::ir::{DType, Error, Graph, NodeId, Op, Shape};
 use serde_json::Value;
 
 /// A node of a graph (its id); ints are accepted wherever a node is.
@@ -63,7 +63,7 @@ pub fn ids(xs: &[Id]) -> Vec<NodeId> {
     xs.iter().map(|x| x.0).collect()
 }
 
-/// A computation graph built with shape inference (`rlx_ir::Graph`).
+/// A computation graph built with shape inference (`rlx::ir::Graph`).
 #[pyclass(name = "Graph", module = "rlx")]
 #[derive(Debug, Clone)]
 pub struct PyGraph {
@@ -381,7 +381,7 @@ impl PyGraph {
         }
         let a = ids(&args);
         let body = body.g.clone();
-        let r = self.build(|g| rlx_ir::ops::control::inline(g, &body, &a))?;
+        let r = self.build(|g| rlx::ir::ops::control::inline(g, &body, &a))?;
         r.map(|v| v.into_iter().map(Into::into).collect())
             .ok_or_else(|| to_py(Error::InvalidGraph { graph: self.g.name().into(), reason: "inline failed".into() }))
     }

@@ -1,13 +1,13 @@
 //! Text generation from Python: `rlx.models.LLM(path).generate(prompt)` streams text pieces from
 //! a Qwen3 / Llama model, a GGUF file or a Hugging Face checkpoint folder
-//! (`rlx_models::LlmModel`), one model step per `__next__`.
+//! (`rlx::models::LlmModel`), one model step per `__next__`.
 
 use crate::errors::{IntoPy, guard};
 use crate::session::device_arg;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use rlx_driver::Device;
-use rlx_models::{LlmModel, LlmTokenizer, LoadOptions, Sampler, SamplerConfig, load_tokenizer};
+use rlx::driver::Device;
+use rlx::models::{LlmModel, LlmTokenizer, LoadOptions, Sampler, SamplerConfig, load_tokenizer};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -31,7 +31,7 @@ pub struct PyLlm {
     vocab: usize,
     context_length: usize,
     fixed_ctx: Option<usize>,
-    kv_dtype: Option<rlx_ir::DType>,
+    kv_dtype: Option<rlx::ir::DType>,
     quantize: Option<rlx::gguf::GgmlType>,
     slot: Mutex<Slot>,
 }
@@ -42,9 +42,9 @@ fn load(
     path: &std::path::Path,
     device: Device,
     ctx: usize,
-    kv_dtype: Option<rlx_ir::DType>,
+    kv_dtype: Option<rlx::ir::DType>,
     quantize: Option<rlx::gguf::GgmlType>,
-) -> rlx_ir::Result<LlmModel> {
+) -> rlx::ir::Result<LlmModel> {
     let m = LlmModel::load_with(path, device, ctx, &LoadOptions { quantize })?;
     match kv_dtype {
         Some(dt) => m.with_kv_dtype(dt),
@@ -106,9 +106,9 @@ impl PyLlm {
         let d = device_arg(device)?;
         let kv_dtype = match kv_dtype {
             None => None,
-            Some("f32") => Some(rlx_ir::DType::F32),
-            Some("f16") => Some(rlx_ir::DType::F16),
-            Some("bf16") => Some(rlx_ir::DType::BF16),
+            Some("f32") => Some(rlx::ir::DType::F32),
+            Some("f16") => Some(rlx::ir::DType::F16),
+            Some("bf16") => Some(rlx::ir::DType::BF16),
             Some(other) => {
                 return Err(PyValueError::new_err(format!(
                     "kv_dtype must be \"f32\", \"f16\" or \"bf16\", got {other:?}"
@@ -286,7 +286,7 @@ fn set_threads(n: i64) -> PyResult<()> {
         unsafe { std::env::set_var("RLX_NUM_THREADS", n.to_string()) };
     }
     // The CPU backend reports its pool size through the Session; it is fixed on first use.
-    let Some(have) = rlx_runtime::Session::new(Device::Cpu).threads() else {
+    let Some(have) = rlx::runtime::Session::new(Device::Cpu).threads() else {
         return Err(PyValueError::new_err("this build's CPU backend has no thread pool to size"));
     };
     if have != n as usize {

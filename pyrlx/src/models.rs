@@ -1,10 +1,10 @@
 //! Models from Python: `rlx.models.Embedder(dir).embed(texts)` (BERT-family sentence
-//! embeddings through `rlx_models::SentenceEmbedder`).
+//! embeddings through `rlx::models::SentenceEmbedder`).
 
 use crate::errors::{IntoPy, guard};
 use crate::session::device_arg;
 use pyo3::prelude::*;
-use rlx_models::SentenceEmbedder;
+use rlx::models::SentenceEmbedder;
 use std::sync::Mutex;
 
 /// Sentence embeddings from a sentence-transformers directory (config.json, model.safetensors,
@@ -41,7 +41,7 @@ impl PyEmbedder {
             guard("embed", || e.embed(&refs).py())
         })?;
         let flat: Vec<f32> = rows.iter().flatten().copied().collect();
-        let t = rlx_ir::HostTensor::from_f32(&[rows.len(), self.dim], &flat).py()?;
+        let t = rlx::ir::HostTensor::from_f32(&[rows.len(), self.dim], &flat).py()?;
         crate::convert::host_to_numpy(py, &t)
     }
 }

@@ -7,9 +7,9 @@ use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use rlx_driver::Device;
-use rlx_ir::{Error, Shape};
-use rlx_runtime::{CompiledGraph, Session};
+use rlx::driver::Device;
+use rlx::ir::{Error, Shape};
+use rlx::runtime::{CompiledGraph, Session};
 use std::sync::Mutex;
 
 /// A device from its name (`cpu`, `wgpu`, ...).

@@ -1,10 +1,10 @@
-//! The transforms of `rlx_autodiff` on graphs: grad, grad_with_loss, vjp, jvp, hvp, vmap,
+//! The transforms of `rlx::autodiff` on graphs: grad, grad_with_loss, vjp, jvp, hvp, vmap,
 //! jacfwd, jacrev. Each returns a new graph.
 
 use crate::errors::{IntoPy, guard};
 use crate::graph::{Id, PyGraph};
 use pyo3::prelude::*;
-use rlx_ir::{Graph, NodeId};
+use rlx::ir::{Graph, NodeId};
 
 /// A `wrt` entry: an input or param name, or a node.
 #[derive(FromPyObject)]
@@ -18,7 +18,7 @@ pub enum Wrt {
 fn wrt_ids(g: &Graph, wrt: &[Wrt]) -> PyResult<Vec<NodeId>> {
     wrt.iter()
         .map(|w| match w {
-            Wrt::Name(n) => rlx_autodiff::leaf(g, n).py(),
+            Wrt::Name(n) => rlx::autodiff::leaf(g, n).py(),
             Wrt::Node(id) => Ok(id.0),
         })
         .collect()
@@ -37,7 +37,7 @@ fn wrt_names(g: &Graph, wrt: &[Wrt]) -> PyResult<Vec<String>> {
         .collect()
 }
 
-fn wrap(what: &str, f: impl FnOnce() -> rlx_ir::Result<Graph>) -> PyResult<PyGraph> {
+fn wrap(what: &str, f: impl FnOnce() -> rlx::ir::Result<Graph>) -> PyResult<PyGraph> {
     guard(what, || f().py().map(|g| PyGraph { g }))
 }
 
@@ -45,21 +45,21 @@ fn wrap(what: &str, f: impl FnOnce() -> rlx_ir::Result<Graph>) -> PyResult<PyGra
 #[pyfunction]
 fn grad(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
     let w = wrt_ids(&g.g, &wrt)?;
-    wrap("grad", || rlx_autodiff::grad(&g.g, &w))
+    wrap("grad", || rlx::autodiff::grad(&g.g, &w))
 }
 
 /// Like `grad`, with the loss first: outputs `[loss, d/dwrt_0, ...]`.
 #[pyfunction]
 fn grad_with_loss(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
     let w = wrt_ids(&g.g, &wrt)?;
-    wrap("grad_with_loss", || rlx_autodiff::grad_with_loss(&g.g, &w))
+    wrap("grad_with_loss", || rlx::autodiff::grad_with_loss(&g.g, &w))
 }
 
 /// Reverse mode: adds an input `cotangent_<i>` per output; outputs `[outputs..., vjp_wrt...]`.
 #[pyfunction]
 fn vjp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
     let w = wrt_ids(&g.g, &wrt)?;
-    wrap("vjp", || rlx_autodiff::vjp(&g.g, &w))
+    wrap("vjp", || rlx::autodiff::vjp(&g.g, &w))
 }
 
 /// Forward mode: adds an input `tangent_<name>` per name; outputs `[outputs..., tangents...]`.
@@ -67,7 +67,7 @@ fn vjp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
 fn jvp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
     let names = wrt_names(&g.g, &wrt)?;
     let n: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-    wrap("jvp", || rlx_autodiff::jvp(&g.g, &n))
+    wrap("jvp", || rlx::autodiff::jvp(&g.g, &n))
 }
 
 /// Hessian-vector product: adds `tangent_<name>`; outputs `[loss, grads..., hvps...]`.
@@ -75,7 +75,7 @@ fn jvp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
 fn hvp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
     let names = wrt_names(&g.g, &wrt)?;
     let n: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-    wrap("hvp", || rlx_autodiff::hvp(&g.g, &n))
+    wrap("hvp", || rlx::autodiff::hvp(&g.g, &n))
 }
 
 /// Vectorizes over a new leading axis of `size` on the named inputs; params stay shared.
@@ -83,21 +83,21 @@ fn hvp(g: PyRef<'_, PyGraph>, wrt: Vec<Wrt>) -> PyResult<PyGraph> {
 fn vmap(g: PyRef<'_, PyGraph>, batched: Vec<Wrt>, size: usize) -> PyResult<PyGraph> {
     let names = wrt_names(&g.g, &batched)?;
     let n: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
-    wrap("vmap", || rlx_autodiff::vmap(&g.g, &n, size))
+    wrap("vmap", || rlx::autodiff::vmap(&g.g, &n, size))
 }
 
 /// Jacobian of every output w.r.t. one input, forward mode.
 #[pyfunction]
 fn jacfwd(g: PyRef<'_, PyGraph>, wrt: Wrt) -> PyResult<PyGraph> {
     let names = wrt_names(&g.g, &[wrt])?;
-    wrap("jacfwd", || rlx_autodiff::jacfwd(&g.g, &names[0]))
+    wrap("jacfwd", || rlx::autodiff::jacfwd(&g.g, &names[0]))
 }
 
 /// Jacobian of every output w.r.t. one input, reverse mode.
 #[pyfunction]
 fn jacrev(g: PyRef<'_, PyGraph>, wrt: Wrt) -> PyResult<PyGraph> {
     let names = wrt_names(&g.g, &[wrt])?;
-    wrap("jacrev", || rlx_autodiff::jacrev(&g.g, &names[0]))
+    wrap("jacrev", || rlx::autodiff::jacrev(&g.g, &names[0]))
 }
 
 /// Adds the transform functions to the module.
