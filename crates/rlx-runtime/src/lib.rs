@@ -109,7 +109,7 @@ impl Session {
     }
 
     /// Sets the options every `compile` of this session uses (precision, dispatch policy,
-    /// rewrites and fusion, reports, threads, cache).
+    /// rewrites and fusion, reports, execution mode, cache).
     pub fn with_options(mut self, opts: CompileOptions) -> Self {
         self.opts = opts;
         self

@@ -50,5 +50,5 @@ pub mod prelude {
     pub use rlx_autodiff::{grad, grad_with_loss, hvp, jacfwd, jacrev, jvp, vjp, vmap};
     pub use rlx_driver::{Device, DispatchReport};
     pub use rlx_ir::{DType, Dim, Error, Graph, HostTensor, MaskKind, NodeId, Result, Shape};
-    pub use rlx_runtime::{CompileOptions, CompiledGraph, DispatchPolicy, PrecisionPolicy, Session};
+    pub use rlx_runtime::{CompileOptions, CompiledGraph, DispatchPolicy, ExecutionMode, PrecisionPolicy, Session};
 }

@@ -63,6 +63,41 @@ fn shared_params_see_each_others_updates() -> Result<()> {
     contract::shared_params_see_each_others_updates(Device::Mlx)
 }
 
+/// The three modes chosen per session through `CompileOptions::mode` (whatever `RLX_MLX_MODE`
+/// says) give the CPU's results; a failure in eager mode names the op that failed.
+#[test]
+fn each_execution_mode_from_compile_options_matches_the_cpu() -> Result<()> {
+    if !ready() {
+        return Ok(());
+    }
+    let graph = || {
+        let mut g = Graph::new("modes");
+        let x = g.input("x", Shape::new(&[2, 4], DType::F32));
+        let w = g.param("w", Shape::new(&[4, 3], DType::F32));
+        let y = g.matmul(x, w);
+        let y = g.tanh(y);
+        let y = g.softmax(y, -1);
+        g.set_outputs(vec![y]);
+        g
+    };
+    let w: Vec<f32> = (0..12).map(|i| (i as f32 - 5.5) * 0.2).collect();
+    let x = [0.5f32, -1.0, 2.0, 0.25, 1.5, 0.0, -0.5, 1.0];
+    let run = |session: Session| -> Result<Vec<f32>> {
+        let mut c = session.compile(graph())?;
+        c.set_param("w", &w)?;
+        Ok(c.run(&[("x", &x)])?.remove(0))
+    };
+    let want = run(Session::new(Device::Cpu))?;
+    for mode in [ExecutionMode::Lazy, ExecutionMode::Eager, ExecutionMode::Compiled] {
+        let opts = CompileOptions { mode: Some(mode), ..Default::default() };
+        let got = run(Session::new(Device::Mlx).with_options(opts))?;
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5, "{mode:?}: {got:?} vs {want:?}");
+        }
+    }
+    Ok(())
+}
+
 /// Without libmlx the tests fail (CI installs it), unless `RLX_MLX_SKIP=1` skips them explicitly.
 fn skip(why: &str) -> bool {
     if std::env::var("RLX_MLX_SKIP").is_ok_and(|v| v == "1") {
