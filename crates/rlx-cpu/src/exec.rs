@@ -164,6 +164,8 @@ pub struct CpuExecutable {
     holes: Vec<(usize, usize, usize)>,
     below: Vec<usize>,
     group: RunGroup,
+    /// The compile's cap on the threads of each run (`CompileOptions::threads`).
+    threads: Option<usize>,
 }
 
 // SAFETY: the raw pointers target the arena and the param buffers the executable owns; they are
@@ -260,6 +262,7 @@ impl CpuExecutable {
             rcopies: vec![],
             staged: vec![],
             staging: vec![],
+            threads: None,
             updated: vec![],
             holes: holes.clone(),
             below,
@@ -443,25 +446,15 @@ impl CpuExecutable {
     }
 }
 
-impl rlx_driver::Executable for CpuExecutable {
-    fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
-        let p = self.param(index, "set_param")?;
-        let (len, buf) = (p.slot.1, p.buf.clone());
-        if bytes.len() != len {
-            return Err(Error::eval("set_param", format!("param #{index} needs {len} bytes, got {}", bytes.len())));
-        }
-        if !buf.is_writable() {
-            let reason = format!("param #{index} is bound to read-only external bytes; bind a writable buffer first");
-            return Err(Error::eval("set_param", reason));
-        }
-        let _guard = self.group.lock();
-        // SAFETY: the buffer has exactly `len` writable bytes; the group lock excludes sharers.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_ptr(), len) };
-        buf.touch();
-        Ok(())
+impl CpuExecutable {
+    /// Sets the cap on the threads of each run (`CompileOptions::threads`); kernels built
+    /// under the same cap (`threads::with_thread_cap`) split their work for it.
+    pub fn set_thread_cap(&mut self, threads: Option<usize>) {
+        self.threads = threads;
     }
 
-    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+    /// `run` under the executable's thread cap.
+    fn run_capped(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
         if inputs.len() != self.inputs.len() || outputs.len() != self.routs.len() {
             return Err(Error::eval("run", "wrong number of input or output buffers"));
         }
@@ -521,6 +514,29 @@ impl rlx_driver::Executable for CpuExecutable {
         // nothing whichever thread takes which task.
         crate::kernels::spread_thread_buffers();
         Ok(())
+    }
+}
+
+impl rlx_driver::Executable for CpuExecutable {
+    fn set_param(&mut self, index: usize, bytes: &[u8]) -> Result<()> {
+        let p = self.param(index, "set_param")?;
+        let (len, buf) = (p.slot.1, p.buf.clone());
+        if bytes.len() != len {
+            return Err(Error::eval("set_param", format!("param #{index} needs {len} bytes, got {}", bytes.len())));
+        }
+        if !buf.is_writable() {
+            let reason = format!("param #{index} is bound to read-only external bytes; bind a writable buffer first");
+            return Err(Error::eval("set_param", reason));
+        }
+        let _guard = self.group.lock();
+        // SAFETY: the buffer has exactly `len` writable bytes; the group lock excludes sharers.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_ptr(), len) };
+        buf.touch();
+        Ok(())
+    }
+
+    fn run(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        crate::threads::with_thread_cap(self.threads, || self.run_capped(inputs, outputs))
     }
 
     fn get_param(&self, index: usize) -> Result<Vec<u8>> {

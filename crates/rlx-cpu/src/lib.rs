@@ -74,14 +74,19 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
-        let exe = exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
-            let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
-            let ins: Vec<&Shape> = ctx.ins.iter().collect();
-            match self.table.lookup(&node, &ins) {
-                Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
-                None => Err(kernels::unsupported(ctx)),
-            }
+        // Kernels split their work for the threads this graph may use.
+        let threads = req.options.threads;
+        let mut exe = threads::with_thread_cap(threads, || {
+            exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
+                let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
+                let ins: Vec<&Shape> = ctx.ins.iter().collect();
+                match self.table.lookup(&node, &ins) {
+                    Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
+                    None => Err(kernels::unsupported(ctx)),
+                }
+            })
         })?;
+        exe.set_thread_cap(threads);
         Ok(Box::new(exe))
     }
 }

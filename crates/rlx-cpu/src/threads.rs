@@ -18,10 +18,36 @@ mod shares;
 
 pub use shares::parallel_for;
 
-/// Threads RLX uses: `RLX_NUM_THREADS` if set to a positive number, else the CPUs this process
-/// may run on (the affinity mask and cgroup quota, via `available_parallelism`).
-/// Read once per process (reading the configuration allocates).
+thread_local! {
+    /// This thread's cap on the threads of its parallel loops (`with_thread_cap`).
+    static CAP: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Threads the kernels on this thread split their work for and run on: the pool's, or fewer
+/// inside `with_thread_cap`.
 pub fn num_threads() -> usize {
+    pool_threads().min(CAP.with(Cell::get))
+}
+
+/// Runs `f` with at most `cap` threads (the caller included) taking part in each parallel loop
+/// it starts, and `num_threads()` saying so to the kernels it builds: how a graph compiled with
+/// `CompileOptions::threads` leaves the rest of the pool to others. None runs `f` as it is.
+pub fn with_thread_cap<R>(cap: Option<usize>, f: impl FnOnce() -> R) -> R {
+    let Some(cap) = cap else { return f() };
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CAP.with(|c| c.replace(cap.max(1))));
+    f()
+}
+
+/// Threads the pool has (with the caller): `RLX_NUM_THREADS` if set to a positive number, else
+/// the CPUs this process may run on (the affinity mask and cgroup quota, via
+/// `available_parallelism`). Read once per process (reading the configuration allocates).
+pub fn pool_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         rlx_driver::config().cpu.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -164,9 +190,9 @@ fn pool() -> &'static Pool {
             turn: Mutex::new(0),
             panicked: AtomicUsize::new(0),
             workers: AtomicUsize::new(0),
-            pins: pin::Pins::new(num_threads() - 1),
+            pins: pin::Pins::new(pool_threads() - 1),
         }));
-        for i in 1..num_threads() {
+        for i in 1..pool_threads() {
             let spawned = std::thread::Builder::new().name(format!("rlx-cpu-{i}")).spawn(move || {
                 SLOT.with(|c| c.set(i));
                 if let Some(pins) = &pool.pins {
@@ -240,13 +266,13 @@ fn worker(p: &'static Pool) {
 pub fn start() {
     spin_limit();
     // Inside a pool task the tasks below would run inline, each waiting for the others.
-    if num_threads() > 1 && !in_pool_task() {
+    if pool_threads() > 1 && !in_pool_task() {
         let n = pool().workers.load(Ordering::Acquire) + 1;
         let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
         // Each task waits for the others, so that every worker takes one. On a loaded machine a
         // new thread may first run long after its spawn: wait up to START_WAIT (it was 50 ms),
         // yielding the CPU to it after the first millisecond.
-        parallel_for_dynamic(n, &|t| {
+        post(n, &|t| {
             seen[t].store(1, Ordering::Release);
             let start = std::time::Instant::now();
             while seen.iter().any(|s| s.load(Ordering::Acquire) == 0) && start.elapsed() < START_WAIT {
@@ -268,10 +294,29 @@ const START_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// end (`parallel_for` keeps each thread on its own share instead). Nested calls from inside a
 /// task run inline.
 pub fn parallel_for_dynamic(tasks: usize, f: &(impl Fn(usize) + Sync)) {
-    if tasks <= 1 || num_threads() == 1 || IN_POOL.with(Cell::get) {
+    let cap = num_threads();
+    if tasks <= 1 || cap == 1 || IN_POOL.with(Cell::get) {
         (0..tasks).for_each(f);
         return;
     }
+    if tasks > cap && cap < pool_threads() {
+        // Under a cap: `cap` lanes, each claiming tasks in order, so no more threads take part.
+        let next = AtomicUsize::new(0);
+        return post(cap, &|_| {
+            loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= tasks {
+                    return;
+                }
+                f(t);
+            }
+        });
+    }
+    post(tasks, f)
+}
+
+/// Posts `tasks` as one job of the pool and takes part in it until every task is done.
+fn post(tasks: usize, f: &(impl Fn(usize) + Sync)) {
     let p = pool();
     // One job at a time: concurrent callers wait for their turn.
     let mut turn = p.turn.lock().unwrap_or_else(|e| e.into_inner());
@@ -326,6 +371,28 @@ mod tests {
         let mut fixed = Spin { us: 0, adapts: false };
         fixed.parked_for(Duration::from_micros(1));
         assert_eq!(fixed.us, 0);
+    }
+
+    #[test]
+    fn a_thread_cap_limits_the_threads_of_a_loop() {
+        start();
+        let ids = Mutex::new(std::collections::HashSet::new());
+        let record = |_| {
+            ids.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        };
+        with_thread_cap(Some(1), || {
+            assert_eq!(num_threads(), 1);
+            parallel_for_dynamic(64, &record);
+            parallel_for(64, &record);
+        });
+        assert_eq!(ids.lock().unwrap().len(), 1, "one thread under a cap of 1");
+        assert_eq!(num_threads(), pool_threads(), "the cap ends with its scope");
+        if pool_threads() >= 3 {
+            ids.lock().unwrap().clear();
+            with_thread_cap(Some(2), || parallel_for_dynamic(256, &record));
+            assert!(ids.lock().unwrap().len() <= 2);
+        }
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub struct CompileOptions {
     pub dump: Option<PathBuf>,
     /// Reports printed on stderr.
     pub reports: Reports,
+    /// The most host threads this graph's kernels run on at once (None: the backend's whole
+    /// pool), so that several graphs can share the cores.
+    pub threads: Option<usize>,
     /// How a multi-mode backend runs the graph (None: the backend's default).
     pub mode: Option<ExecutionMode>,
     /// Use the compile cache (in memory, and on disk under `cache_dir`).
@@ -128,6 +131,7 @@ impl CompileOptions {
             head_layout: true,
             dump: None,
             reports: Reports::default(),
+            threads: None,
             mode: None,
             cache: true,
             cache_dir: None,
@@ -161,7 +165,7 @@ impl CompileOptions {
     /// but the reports and the dump directory, which change only what is printed or written.
     pub fn fingerprint_text(&self) -> String {
         format!(
-            "precision={:?} dispatch={:?} common={:?} native={:?} simplify={} fuse={} merge={} heads={} mode={:?}",
+            "precision={:?} dispatch={:?} common={:?} native={:?} simplify={} fuse={} merge={} heads={} threads={:?} mode={:?}",
             self.precision,
             self.dispatch,
             self.force_common,
@@ -170,6 +174,7 @@ impl CompileOptions {
             self.fuse,
             self.merge_matmuls,
             self.head_layout,
+            self.threads,
             self.mode
         )
     }

@@ -180,3 +180,26 @@ fn auto_runs_on_an_available_device_and_names_the_others() {
     assert_eq!(out, want);
     assert_eq!(session.compile(net("auto", DType::F32)).unwrap().device(), Device::Cpu);
 }
+
+#[test]
+fn a_thread_cap_gives_the_same_results() {
+    // Large enough for the CPU's parallel paths (GEMM grid, row-split softmax).
+    let mut g = Graph::new("capped");
+    let x = g.input("x", Shape::new(&[96, 256], DType::F32));
+    let w = g.param("w", Shape::new(&[256, 192], DType::F32));
+    let y = g.matmul(x, w);
+    let y = g.softmax(y, -1);
+    g.set_outputs(vec![y]);
+    let xs: Vec<f32> = (0..96 * 256).map(|i| ((i * 13) % 17) as f32 * 0.05 - 0.4).collect();
+    let ws: Vec<f32> = (0..256 * 192).map(|i| ((i * 7) % 11) as f32 * 0.02 - 0.1).collect();
+    let run = |threads: Option<usize>| {
+        let opts = CompileOptions { threads, ..CompileOptions::builtin() };
+        let mut c = Session::new(Device::Cpu).with_options(opts).compile(g.clone()).unwrap();
+        c.set_param("w", &ws).unwrap();
+        c.run(&[("x", &xs)]).unwrap().remove(0)
+    };
+    let (all, one) = (run(None), run(Some(1)));
+    for (a, b) in all.iter().zip(&one) {
+        assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+    }
+}
