@@ -23,7 +23,7 @@ Writes, under crates/rlx-models/tests/fixtures/hf/:
                               rendered by jinja2 from the chat template and its ids; for Llama also
                               the logits with a `llama3` rope_scaling (the test writes that config).
 `hf_tiny_llm.py --big DIR` instead writes a bigger f32 Llama folder (~330 MB, for
-examples/hf_memory.rs; not committed).
+examples/hf_memory.rs; not committed); `--big-bf16 DIR` the same model in bf16 (~165 MB).
 """
 import json
 import sys
@@ -311,10 +311,11 @@ def config(arch, a, vocab=VOCAB, hidden=64, layers=2, heads=4, kv=2, ffn=64):
 
 def main():
     import jinja2
-    if len(sys.argv) == 3 and sys.argv[1] == "--big":
+    if len(sys.argv) == 3 and sys.argv[1] in ("--big", "--big-bf16"):
         a = ARCH["llama"]
         cfg = config("llama", a, vocab=32000, hidden=768, layers=6, heads=12, kv=4, ffn=2048)
-        write_folder(Path(sys.argv[2]), cfg, weights(cfg, 7, False), make_tokenizer(a), a, bf16=False)
+        bf16 = sys.argv[1] == "--big-bf16"
+        write_folder(Path(sys.argv[2]), cfg, weights(cfg, 7, False), make_tokenizer(a), a, bf16=bf16)
         print(f"wrote {sys.argv[2]}")
         return
     OUT.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 //! split into file-backed pages (the mapped shards, which the kernel may drop and re-read) and
 //! anonymous memory (copies), against the checkpoint's size.
 //! `cargo run --release -p rlx-models --example hf_memory -- DIR` (DIR: e.g. from
-//! `tools/hf_tiny_llm.py --big DIR`, an F32 checkpoint, whose weights are all used in place).
+//! `tools/hf_tiny_llm.py --big DIR` (f32) or `--big-bf16 DIR`: on the CPU, whose bf16 products run natively, the linear weights of either are used in place).
 
 use rlx_driver::Device;
 use rlx_models::llm::LlmModel;

@@ -49,10 +49,12 @@ fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> Nod
             g.matmul_t(xr, w, false, true)
         }
         ParamKind::Packed(s) => g.qmatmul(x, w, s, k),
-        // Only the token embedding is kept so (never a linear weight today).
-        ParamKind::Half(_) => {
-            let wf = g.cast(w, DType::F32);
-            g.matmul_t(x, wf, false, true)
+        // Weights kept as stored: activations rounded to the weights' dtype (as ggml does),
+        // the product in that dtype, back to f32.
+        ParamKind::Half(dt) => {
+            let xh = g.cast(x, dt);
+            let y = g.matmul_t(xh, w, false, true);
+            g.cast(y, DType::F32)
         }
     }
 }

@@ -14,4 +14,4 @@ pub use generate::{GenerateOptions, GenerateStats, generate, generate_batch};
 pub use graph::{GraphSpec, k_cache_name, llm_graph, v_cache_name};
 pub use hf::{HfCheckpoint, HfConfig, read_config};
 pub use model::{LlmModel, LoadOptions};
-pub use weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind};
+pub use weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind, WeightOptions};

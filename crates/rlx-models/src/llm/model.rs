@@ -4,7 +4,7 @@
 use super::config::LlmConfig;
 use super::graph::{GraphSpec, k_cache_name, llm_graph, names, v_cache_name};
 use super::hf::{HfCheckpoint, read_config};
-use super::weights::LlmWeights;
+use super::weights::{LlmWeights, WeightOptions};
 use rlx_driver::Device;
 use rlx_ir::{DType, Error, Result};
 use rlx_runtime::{CompiledGraph, Session};
@@ -64,6 +64,24 @@ impl std::fmt::Debug for LlmModel {
     }
 }
 
+/// The half dtypes whose `x @ w^T` the session's backend runs natively: linear weights stored
+/// in them are kept as stored (half the memory and the bytes a decode step reads) instead of
+/// widened to f32. bf16 only: its products come out in bf16, as PyTorch's bf16 linear layers
+/// give them; f16 weights keep llama.cpp's f32 products (a widened copy), which its reference
+/// logits are held to.
+fn half_matmul_dtypes(session: &Session) -> Vec<DType> {
+    let Ok(backend) = session.backend() else { return vec![] };
+    [DType::BF16]
+        .into_iter()
+        .filter(|&dt| {
+            let (x, w) = (rlx_ir::Shape::new(&[4, 64], dt), rlx_ir::Shape::new(&[32, 64], dt));
+            let op = rlx_ir::ops::MatMul { transpose_a: false, transpose_b: true };
+            let node = rlx_ir::Node { op: op.into(), inputs: vec![], ty: rlx_ir::Shape::new(&[4, 32], dt) };
+            backend.supports(&node, &[&x, &w])
+        })
+        .collect()
+}
+
 impl LlmModel {
     /// Loads a model for `device` with room for `max_ctx` tokens per sequence (prompt and
     /// generated): a `.gguf` file, or a Hugging Face checkpoint folder (`config.json` and
@@ -92,22 +110,23 @@ impl LlmModel {
     pub fn load_with(path: impl AsRef<Path>, device: Device, max_ctx: usize, opts: &LoadOptions) -> Result<Self> {
         let path = path.as_ref();
         let p = path.display().to_string();
+        let session = Session::new(device);
+        let wopts = WeightOptions { quantize: opts.quantize, half_matmul: half_matmul_dtypes(&session) };
         let (cfg, weights) = if path.is_dir() {
             let hf = read_config(path)?;
             let ck = HfCheckpoint::open(path)?;
-            let w = LlmWeights::from_hf(ck, &hf.cfg, hf.tied, opts.quantize)?;
+            let w = LlmWeights::from_hf(ck, &hf.cfg, hf.tied, &wopts)?;
             (hf.cfg, w)
         } else {
             let file = rlx_gguf::GgufFile::open(path)
                 .map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
             let cfg = LlmConfig::from_gguf(file.gguf(), &p)?;
-            let w = LlmWeights::from_gguf(file, &p, &cfg, opts.quantize)?;
+            let w = LlmWeights::from_gguf(file, &p, &cfg, &wopts)?;
             (cfg, w)
         };
         if max_ctx == 0 {
             return Err(Error::eval("llm", "max_ctx must be > 0"));
         }
-        let session = Session::new(device);
         // The backend says whether its attention reads half-precision caches (an unavailable
         // device keeps f32; `prepare` reports why it is unavailable).
         let half_kv = session.backend().is_ok_and(|b| b.capabilities().half_kv_cache);

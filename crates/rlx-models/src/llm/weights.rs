@@ -251,6 +251,25 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// How weights are prepared for a backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WeightOptions {
+    /// Quantize float linear weights and the token embedding to this block format.
+    pub quantize: Option<GgmlType>,
+    /// Half dtypes the backend multiplies natively: f16 / bf16 linear weights of these dtypes
+    /// stay as stored (memory-mapped, no widened copy); the others are widened to f32 once.
+    pub half_matmul: Vec<DType>,
+}
+
+/// The dtype of a half-precision ggml type.
+fn half_dtype(ty: GgmlType) -> Option<DType> {
+    match ty {
+        GgmlType::F16 => Some(DType::F16),
+        GgmlType::BF16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
 impl LlmWeights {
     /// Opens `path` (memory-mapped) and checks every weight `cfg` needs.
     pub fn open(path: &Path, cfg: &LlmConfig) -> Result<Self> {
@@ -261,24 +280,25 @@ impl LlmWeights {
 
     /// Checks and prepares the weights of an opened file; `path` names it in errors.
     pub fn from_file(file: GgufFile, path: &str, cfg: &LlmConfig) -> Result<Self> {
-        Self::from_gguf(file, path, cfg, None)
+        Self::from_gguf(file, path, cfg, &WeightOptions::default())
     }
 
-    /// `from_file`, with the float linear weights and the token embedding quantized to
-    /// `quantize` (a block format with a quantizer: Q8_0, Q4_K, ...) when given.
-    pub fn from_gguf(file: GgufFile, path: &str, cfg: &LlmConfig, quantize: Option<GgmlType>) -> Result<Self> {
+    /// `from_file`, with `opts`: float linear weights and the token embedding quantized to
+    /// `opts.quantize`, f16 / bf16 linear weights kept as stored for `opts.half_matmul`.
+    pub fn from_gguf(file: GgufFile, path: &str, cfg: &LlmConfig, opts: &WeightOptions) -> Result<Self> {
         let tied = file.gguf().tensor_info("output.weight").is_none();
-        Self::build(Source::Gguf(file), path, cfg, tied, quantize)
+        Self::build(Source::Gguf(file), path, cfg, tied, opts)
     }
 
-    /// The weights of a Hugging Face checkpoint (`tied`: `tie_word_embeddings`), quantized to
-    /// `quantize` as `from_gguf` does.
-    pub fn from_hf(ck: HfCheckpoint, cfg: &LlmConfig, tied: bool, quantize: Option<GgmlType>) -> Result<Self> {
+    /// The weights of a Hugging Face checkpoint (`tied`: `tie_word_embeddings`), prepared with
+    /// `opts` as `from_gguf` does.
+    pub fn from_hf(ck: HfCheckpoint, cfg: &LlmConfig, tied: bool, opts: &WeightOptions) -> Result<Self> {
         let path = ck.dir().display().to_string();
-        Self::build(Source::Hf(ck), &path, cfg, tied, quantize)
+        Self::build(Source::Hf(ck), &path, cfg, tied, opts)
     }
 
-    fn build(source: Source, path: &str, cfg: &LlmConfig, tied: bool, quantize: Option<GgmlType>) -> Result<Self> {
+    fn build(source: Source, path: &str, cfg: &LlmConfig, tied: bool, opts: &WeightOptions) -> Result<Self> {
+        let quantize = opts.quantize;
         if let Some(q) = quantize
             && (q.scheme().is_none() || !q.can_quantize())
         {
@@ -288,7 +308,7 @@ impl LlmWeights {
         for w in LlmWeight::all(cfg) {
             let src = if w == LlmWeight::Output && tied { LlmWeight::TokenEmbd } else { w };
             let st = source.stored(path, src, cfg)?;
-            params.push(Self::prepare(w, st, cfg, quantize)?);
+            params.push(Self::prepare(w, st, cfg, opts)?);
         }
         Ok(LlmWeights { source, params, tied })
     }
@@ -311,8 +331,8 @@ impl LlmWeights {
         Ok(view)
     }
 
-    fn prepare(w: LlmWeight, st: Stored<'_>, cfg: &LlmConfig, quantize: Option<GgmlType>) -> Result<ParamData> {
-        let ty = st.ty;
+    fn prepare(w: LlmWeight, st: Stored<'_>, cfg: &LlmConfig, opts: &WeightOptions) -> Result<ParamData> {
+        let (ty, quantize) = (st.ty, opts.quantize);
         let err = |reason: String| Error::ModelFile {
             path: st.path.clone(),
             reason: format!("tensor `{}`: {reason}", st.name),
@@ -349,6 +369,10 @@ impl LlmWeights {
         } else if w == LlmWeight::TokenEmbd && matches!(ty, GgmlType::F16 | GgmlType::BF16) && aligned {
             let dt = if ty == GgmlType::F16 { DType::F16 } else { DType::BF16 };
             (ParamKind::Half(dt), in_file)
+        } else if let Some(dt) = half_dtype(ty).filter(|dt| w.is_linear() && opts.half_matmul.contains(dt)) {
+            // Kept as stored: the backend multiplies in this dtype, so no widened copy is made
+            // (a misaligned tensor is copied, still in its own dtype).
+            (ParamKind::Half(dt), if aligned { in_file } else { Bytes::Owned(st.data.to_vec()) })
         } else {
             let kind = match ty {
                 GgmlType::F16 if w.is_linear() => ParamKind::DenseHalf(DType::F16),
