@@ -71,7 +71,7 @@ pub struct TrainArgs {
     pub resume: Option<PathBuf>,
     /// Mixed precision: `f16` or `bf16` matmuls with f32 master weights and dynamic loss
     /// scaling (`f32`: off). On the CPU, bf16 runs its matmuls on AMX where the CPU has it
-    /// (faster than f32 for wide models, about even for the default one); f16 is ~1.5x slower.
+    /// (faster than f32 for wide models, about even for the default one); f16 is slower.
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
     pub amp: String,
 }

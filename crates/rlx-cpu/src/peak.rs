@@ -9,8 +9,8 @@ use std::time::Instant;
 #[cfg(target_arch = "x86_64")]
 const BURSTS: usize = 4;
 
-/// The f32 FMA peak of `threads` threads in GFLOP/s, measured now (turbo clocks move it by 10%
-/// or more on a shared host, so "% of peak" needs it in the same run): each thread runs
+/// The f32 FMA peak of `threads` threads in GFLOP/s, measured now (turbo clocks move it on a
+/// shared host, so "% of peak" needs it in the same run): each thread runs
 /// independent register-only FMAs (AVX-512 where the CPU has it, else AVX2) in `BURSTS` bursts
 /// of about 2 ms, all threads at once; the peak sums each thread's fastest burst (another
 /// tenant's work can only slow a burst, so the fastest is the best estimate of the peak).

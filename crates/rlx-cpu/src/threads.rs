@@ -76,10 +76,9 @@ const SPIN_MAX_US: u64 = 2000;
 
 /// A worker's spin budget: doubled (up to `SPIN_MAX_US`) each time the next job came within that
 /// long of the worker parking, so that it would have been caught by spinning; halved (down to
-/// `SPIN_BASE_US`) after a sleep ten times as long (the process idles). Decode runs a job every
-/// 0.1-0.5 ms with gaps of 50-500 us on the caller between some: 11 parks a token at 50 us,
-/// each paid by a futex wake-up (Llama bench model, 2 threads: 63.3 tok/s at a fixed 50 us,
-/// 65.5 at 500, 66.4 at 2000).
+/// `SPIN_BASE_US`) after a sleep ten times as long (the process idles). Decode leaves gaps on the
+/// caller between some jobs that outlast a short fixed spin, and each park is paid by a futex
+/// wake-up (session 18 in docs/benchmarks-history.md).
 struct Spin {
     us: u64,
     adapts: bool,

@@ -1,9 +1,8 @@
 //! Buffers on 2 MiB pages: large host buffers (a backend's arena, params, packed operands) are
 //! marked for transparent huge pages before their pages are first touched, as numpy does for its
-//! arrays. A product that streams a few MiB through 4 KiB pages spends time in page walks: f32
-//! matmul 1024^3 on a Xeon ran 2.4% faster with A, B and C on huge pages (paired, one and two
-//! threads). Linux only; elsewhere, where the kernel declines, or with `RLX_HUGE_PAGES=0`, the
-//! pages stay as they are.
+//! arrays. A product that streams a few MiB through 4 KiB pages spends time in page walks (session
+//! 16 in docs/benchmarks-history.md). Linux only; elsewhere, where the kernel declines, or with
+//! `RLX_HUGE_PAGES=0`, the pages stay as they are.
 
 /// Bytes from which `advise` asks for huge pages: one huge page.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;

@@ -32,7 +32,8 @@ unsafe fn prefetch_c(c: *const i8, rs_bytes: isize, m: usize, bytes: usize) {
 /// `lda` = one element apart stepping a whole panel row; A in place is rows `lda` apart stepping one
 /// element. `$bc` / `$fma` / `$ptr` name the element type's broadcast, FMA and operand size.
 /// Written in asm because intrinsics made LLVM keep B's pointer on the stack and update an
-/// address per row and step (-10% in the blocked loop).
+/// address per row and step, which slowed the blocked loop (session 11 in
+/// docs/benchmarks-history.md).
 macro_rules! zmm_12x2_steps {
     ($bc:literal, $fma:literal, $ptr:literal; $k:expr, $a:expr, $lda:expr, $astep:expr, $b:expr, $ldb:expr, $r:expr) => {
         $crate::gemm::zmm_12x2_steps!(
@@ -204,8 +205,8 @@ macro_rules! zmm_tile {
             let size = std::mem::size_of::<$t>();
             let (cb, rsb, wb) = (c as *const i8, rs * size as isize, L * NV * size);
             // The C tile is prefetched into L1 shortly before the end only: one at the start too
-            // measured -2% on MiniLM 8x128 (paired, 7 runs). Large products' C rows are sent to
-            // L2 by the caller first (`tiles`, `c_far`).
+            // was slower on MiniLM 8x128 (session 12 in docs/benchmarks-history.md). Large
+            // products' C rows are sent to L2 by the caller first (`tiles`, `c_far`).
             let mut r = [[$zero(); NV]; MR];
             let tail = kc.min(PREFETCH_TAIL);
             let packed = a.rs == 1 && a.cs == MR as isize;
@@ -246,7 +247,7 @@ macro_rules! zmm_tile {
                 }
             } else if packed {
                 // Two copies of the k loop on purpose: one step closure for both (offsets passed
-                // in) measured 39-50 GFLOP/s against 113-115 (the accumulators left zmm).
+                // in) was far slower, as the accumulators left zmm.
                 // A packed panel (zero padded past m): fixed offsets.
                 let step = |r: &mut [[$v; NV]; MR], p: usize| {
                     let (ap, bp) = (a.ptr.add(p * MR), b.add(p * L * NV));

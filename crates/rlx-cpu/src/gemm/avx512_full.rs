@@ -3,7 +3,7 @@
 //! rows prefetched into L1, for A in place), C's rows prefetched into L1 near the end, and C
 //! written (or added to) straight from the registers.
 //! Split across Rust code, the 24 accumulators went through the stack on entry and exit (48 zmm
-//! stores and loads a tile, about 5% of a 256-deep tile in L1).
+//! stores and loads a tile: session 16 in docs/benchmarks-history.md).
 
 /// One k step: B's two vectors at `b + bo0`, `b + bo1` against A's 12 values at the addresses
 /// `$x` (assembler address expressions), into accumulators zmm8..zmm31.
@@ -67,12 +67,9 @@ macro_rules! inplace_step {
 /// A's rows 256 bytes ahead into L1 with the non-temporal hint: the first six (`first`) or the
 /// last six, each half once per four steps (a new line every 16 steps in f32; the repeats hit
 /// L1). A read in place is 12 streams, and its lines serve 16 steps each next to a B panel that
-/// nearly fills L1 (likely why a hint that they go first helps). Zen 5, `gemm_bench` (B packed
-/// ahead, 2 threads, builds alternated 3 times, GFLOP/s), all 12 rows every pair of steps against
-/// none: 1024^3 424-431 -> 433-437, 2048^3 418-425 -> 429-439, 128 x 1536 x 384 448-450 ->
-/// 464-470, 1024 x 1536 x 384 438-447 -> 452-459, 128 x 384 x 384 439-453 -> 455-464 (128 or 192
-/// bytes ahead level with 256; 512 and `prefetcht0` gained less); then half as many prefetches in a
-/// four-step loop: 2048^3 436-439 -> 449-453, 128 x 384 x 1536 473-479 -> 479-480, 1024^3 level.
+/// nearly fills L1 (likely why a hint that they go first helps). Prefetching beat none, 256 bytes
+/// ahead beat 512 and `prefetcht0`, and half as many prefetches in a four-step loop gained again
+/// (session 24 in docs/benchmarks-history.md).
 #[rustfmt::skip]
 macro_rules! prefetch_a_rows {
     (first) => {

@@ -30,11 +30,10 @@ pub(super) fn direct_a<T>(m: usize, k: usize, a: MatRef<T>, kern: &Kernel<T>) ->
 
 /// Whether `tiles` prefetches B micro-panels into L2, a slice per tile while the one before is
 /// in use: a panel streamed from DRAM or L3 otherwise stalls the first tile that reads it (the
-/// hardware prefetcher stops at every 4 KiB page). Paired runs on a Xeon, 2 threads, weights read
-/// from DRAM: +18-29% at m = 128 (214 -> 263-280 GFLOP/s at 128 x 384 x 1536), +8-10% at m =
-/// 1024. The blocked paths' B blocks (2 MiB, packed by both threads) too, since the kernel streams
-/// the prefetches (`Kernel::stream`): n^3 +3-5% at 512, +6-15% at 1024, +2-5% at 4096. Only a group of
-/// panels packed right before use (`gemm_direct`, B a view) goes without.
+/// hardware prefetcher stops at every 4 KiB page). The blocked paths' B blocks (2 MiB, packed by
+/// both threads) too, since the kernel streams the prefetches (`Kernel::stream`). Only a group of
+/// panels packed right before use (`gemm_direct`, B a view) goes without. Measurements: sessions
+/// 10 and 13 in docs/benchmarks-history.md.
 #[derive(Clone, Copy)]
 enum Prefetch<T> {
     Off,
@@ -46,8 +45,8 @@ enum Prefetch<T> {
 
 /// Grows `buf` to hold `len` elements from a 64-byte boundary (once, on huge pages from 2 MiB;
 /// warm calls allocate nothing) and returns them. Panels that start on a cache line keep every
-/// zmm load of B and A in one line: misaligned A and B panels measured -3% each in the blocked
-/// loop on a Xeon.
+/// zmm load of B and A in one line: misaligned A and B panels slow the blocked loop (session 11
+/// in docs/benchmarks-history.md).
 pub(crate) fn aligned_buf<T: Default + Clone>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
     if len == 0 {
         // Nothing to hold (B packed ahead of time, say): an empty buffer stays unallocated.
@@ -77,8 +76,9 @@ struct PackHere<'a, T> {
 /// Runs the micro-kernel over rows `0..m` (tiles of `mr`) of a packed or in-place A block and
 /// NR-wide B micro-panels `0..nc`: the B micro-panel stays in L1 while the A tiles stream by.
 /// `c_far`: C may be out of cache (the blocked paths over large products), so each tile's C rows
-/// are prefetched into L2 before its kernel runs (+5% at 4096^3; -2% on MiniLM's L2-resident
-/// blocks, which pass false). `pack`: B's panels packed here as they are first read (`PackHere`).
+/// are prefetched into L2 before its kernel runs (a gain on large products, a loss on MiniLM's
+/// L2-resident blocks, which pass false: session 12 in docs/benchmarks-history.md). `pack`: B's
+/// panels packed here as they are first read (`PackHere`).
 ///
 /// # Safety
 /// `ap(i)` views A rows from i over kc columns, `bp(j)` the packed B micro-panel of column j, `c`
@@ -477,11 +477,10 @@ pub(crate) fn even_span(i: usize, of: usize, tiles: usize, w: usize, len: usize)
 /// block (column blocks, or weights x column blocks) maps to (row block, inner index) so that a
 /// thread's contiguous share of the tasks (`threads::parallel_for`) is one band, run inner index
 /// by inner index: the same B block serves the band's row blocks in turn while it is in the
-/// thread's L2 (+2-8% on MiniLM's shapes, 2 threads). One thread, fewer row tiles than bands
-/// need, or all rows in one block keep row-major order: a short A (one block, m = 128) is better
-/// shared and the columns split, so each thread streams its own part of B (the weights) and the
-/// panels divide evenly (+5-18% at 128 x 384 x 1536 and 128 x 1536 x 384, B from DRAM; MiniLM
-/// 1x128 -1-8% time in 6 of 7 alternated rounds).
+/// thread's L2. One thread, fewer row tiles than bands need, or all rows in one block keep
+/// row-major order: a short A (one block, m = 128) is better shared and the columns split, so
+/// each thread streams its own part of B (the weights) and the panels divide evenly.
+/// Measurements: session 12 in docs/benchmarks-history.md.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowBands {
     /// Row blocks, a multiple of the band count.

@@ -86,10 +86,8 @@ impl LazyB<'_> {
 /// in its first tile, B is row-major, there is a column band per thread, and no other product
 /// holds the claim states; returns false (nothing done) otherwise, and the caller packs B first.
 ///
-/// Zen 5, 2 threads, against packing all of B first and copying A when its rows are 4 KiB apart
-/// (blocks of 6 calls per way, the first of each untimed, 6 rounds, median GFLOP/s): 512^3
-/// 454.9 -> 503.2, 1024^3 463.5-469.2 -> 479.0-481.3 (3 runs), 2048^3 480.2 -> 492.8, 256^3
-/// and 4096^3 level. Each thread packs only the panels it reads, in its own cache.
+/// Each thread packs only the panels it reads, in its own cache: faster than packing all of B
+/// first on a 2-thread Zen 5 (session 24 in docs/benchmarks-history.md).
 ///
 /// # Safety
 /// As `gemm_src`; `buf` holds `n.div_ceil(nr) * nr * k` elements.
@@ -151,10 +149,9 @@ pub(super) unsafe fn grid<T: GemmElem>(
     let size = std::mem::size_of::<T>();
     // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
     // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
-    // cost more than they saved on a Zen 5 once the 12-row kernel read rows from four pointers
-    // in asm (`examples/gemm_bench`, builds alternated, 2 threads: 1024^3 416 -> 428 GFLOP/s,
-    // 2048^3 393 -> 435, 1024 x 384 x 1536 451 -> 459, the other model shapes level). A kernel
-    // that packs B in its tiles prefetches A's rows too, and reads them in place (no copy).
+    // cost more than they saved once the 12-row kernel read rows from four pointers in asm
+    // (session 22 in docs/benchmarks-history.md). A kernel that packs B in its tiles prefetches
+    // A's rows too, and reads them in place (no copy).
     let _copy_of_a;
     let a = match lazy.map_or_else(|| restride_a(m, n, k, a, threads), |_| None) {
         Some((guard, view)) => {

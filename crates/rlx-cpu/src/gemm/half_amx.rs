@@ -358,8 +358,8 @@ pub unsafe fn gemm(
     let len = packed_len(k, n);
     let row_blocks = m.div_ceil(2 * T);
     B_SLOTS.with(&B_LOCAL, crate::threads::slot(), |_, own| {
-        // Tile rows that straddle cache lines load at 0.4x the speed: a packed B off a 64-byte
-        // boundary is packed again here.
+        // Tile rows that straddle cache lines load far slower (session 14 in
+        // docs/benchmarks-history.md): a packed B off a 64-byte boundary is packed again here.
         let pb = match packed_b {
             Some(p) if (p as usize).is_multiple_of(64) => p as usize,
             _ => {
@@ -409,11 +409,11 @@ const GROUP_COLS: usize = 256;
 /// Bytes of A a task copies and keeps in L2 while the column groups pass by.
 const CHUNK_A_BYTES: usize = 512 << 10;
 /// Fewest row blocks in a chunk: each pass of B from L3 then serves at least two (past k = 4096,
-/// where one row block fills `CHUNK_A_BYTES`; two measured +26-37% at k = 5632 on two and one
-/// threads, and +3-15% at k = 8192).
+/// where one row block fills `CHUNK_A_BYTES`; two ran faster at k = 5632 and 8192: session 17 in
+/// docs/benchmarks-history.md).
 const MIN_CHUNK_BLOCKS: usize = 2;
 /// Bytes of B a column group spans: it stays in L2 while every row block of the task reads it
-/// (read once per row block from L3, B measured 7x slower than from L2).
+/// (read once per row block from L3, B is far slower than from L2).
 const GROUP_B_BYTES: usize = 512 << 10;
 
 /// 32-row (or 32-column) blocks of all k whose bf16 fit in `bytes`, at least one.

@@ -17,11 +17,12 @@ pub const MR: usize = 12;
 pub const NR: usize = 32;
 
 /// Whether bf16 products take this path: the CPU has AVX-512 BF16 and runs 512-bit FMAs as two
-/// halves (AMD Zen 4: there `vdpbf16ps` doubles the sums per cycle, 1.6-2x the widened path),
+/// halves (AMD Zen 4: there `vdpbf16ps` doubles the sums per cycle),
 /// the f32 GEMM runs the 12 x 32 AVX-512 tile, and neither `RLX_BF16_DOT=0` nor
 /// `RLX_CPU_SIMD=avx2|scalar` is set; `RLX_BF16_DOT=1` takes it on any CPU with AVX-512 BF16.
 /// Where two full-width FMAs issue per cycle (Intel) it adds no sums per cycle and costs the
-/// pair packing: 0.6-0.75x the widened path on a Xeon with AVX-512 BF16.
+/// pair packing, so it runs slower than the widened path (sessions 7 and 13 in
+/// docs/benchmarks-history.md).
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {

@@ -15,8 +15,7 @@ const AVX512_F64: (usize, usize) = (12, 16);
 /// The deepest k block of the AVX-512 tiles. Where a zmm FMA runs as two 256-bit halves (AMD
 /// Zen 4), a deep block (fewer passes over C) whose 64 KiB B micro-panel streams from L2 measured
 /// best (512 against 192, 256 or 384). Where two full-width zmm FMAs issue per cycle (Intel, Zen
-/// 5), the kernel needs B in L1: in cache, 205 GFLOP/s at 256 against 178 at 512 on one core of
-/// a 215 GFLOP/s Xeon (+5-7% on the model shapes).
+/// 5), the kernel needs B in L1, so 256 (session 10 in docs/benchmarks-history.md).
 #[cfg(target_arch = "x86_64")]
 fn avx512_kc() -> usize {
     if zmm_fma_split() { 512 } else { 256 }

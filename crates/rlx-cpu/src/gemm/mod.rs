@@ -178,9 +178,8 @@ fn nc_block(nr: usize) -> usize {
     NC / nr * nr
 }
 /// B panels packed and finished together by `gemm_direct`, and about the width of a task's
-/// column block: fewer, wider column blocks re-read each row block of A fewer times. 8 against
-/// 4, alternated five times on a Xeon (2 threads, weights from DRAM): 1024 x 384 x 384 +2-12%,
-/// 1024 x 1536 x 384 +0-6%, 1024 x 384 x 1536 and 128 x 384 x 384 the same.
+/// column block: fewer, wider column blocks re-read each row block of A fewer times (8 against
+/// 4: session 11 in docs/benchmarks-history.md).
 const GROUP_PANELS: usize = 8;
 /// Whether products with many rows pack all of a view B up front (`set_whole_b_packing`).
 static WHOLE_B: AtomicBool = AtomicBool::new(true);
@@ -439,9 +438,8 @@ const A_ROW_PAD: usize = 64;
 
 /// A row-major A whose rows lie a multiple of 4 KiB apart (k = 1024, 2048, 3072 in f32) maps every
 /// row of a micro-tile to one L1 set, more rows than the cache has ways: the micro-kernel then
-/// reads A from L2 (-10 to -20% on 128 x 1024 x 2048). Since the AVX-512 tile prefetches A's
-/// rows (`avx512_full`), in place and copied measure level on a Zen 5 (128 x 1024 x 2048 to
-/// 1024^3, within 1.5% either way, calls alternated); the copy stays for the other kernels.
+/// reads A from L2. Since the AVX-512 tile prefetches A's rows (`avx512_full`), in place and
+/// copied run level on a Zen 5 (docs/benchmarks-history.md); the copy stays for the other kernels.
 /// For products wide enough to amortize it, copies A once into the shared buffer with a padded
 /// row stride and returns the guard and the view of the copy; None keeps A in place (not aliased,
 /// narrow, the buffer busy, or called from a pool task: the caller that split the work decides,
@@ -543,13 +541,9 @@ unsafe fn gemm_with<T: GemmElem>(
         // can (`grid::grid_lazy_b`), else all of it first, on the pool, then the grid of (row
         // block, column block) tasks above over the packed copy. Each B block packed by
         // all threads at once and read by every thread (`gemm_shared`) left the other core's
-        // half in that core's cache, modified. n^3 as % of the FMA peak on a 2-core Zen 5,
-        // `examples/gemm_paths` (calls alternated, 7 rounds): 512 69.3 -> 81.0, 1024 68.2 -> 81.6,
-        // 2048 70.3 -> 83.9, 4096 69.6 -> 85.7; the gap narrows when the two vCPUs sit close
-        // (1024: 83.5 -> 86.1 in an earlier paired run). One thread too (instead of `gemm_block`,
-        // which packs B a block at a time and A per block): `examples/gemm_bench N` with
-        // `RLX_NUM_THREADS=1`, 5 alternations: 1024^3 204.9 -> 211.6 GFLOP/s, 2048^3 198.8 -> 211.1,
-        // 4096^3 195 -> 218 (3 alternations), 256^3 level.
+        // half in that core's cache, modified, and ran slower at every size measured. One
+        // thread gains too (instead of `gemm_block`, which packs B a block at a time and A per
+        // block). Measurements: sessions 21 and 22 in docs/benchmarks-history.md.
         let buf = blocked::aligned_buf(&mut whole, whole_len);
         // SAFETY: the buffer holds every panel; the grid's tasks pack each before reading it.
         if unsafe { grid::grid_lazy_b(kern, threads, m, n, k, a, bv, buf.as_mut_ptr(), c, epi) } {

@@ -40,7 +40,8 @@ pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
 }
 
 /// Query rows per work item (a multiple of the 4-row register tile, and of the AVX-512 dense
-/// path's 12-row one: 48 against 32 measured 1.6% less attention time at 2048 tokens, 6 of 6).
+/// path's 12-row one: 48 runs four full tiles and beat 32 at 2048 tokens, session 16 in
+/// docs/benchmarks-history.md).
 const BQ: usize = 48;
 /// Keys per block (a multiple of the 16-column register tile).
 const BK: usize = 64;
@@ -356,8 +357,8 @@ fn build<T: Compute, KV: Compute<C = T::C>>(g: Geo, scale: f64) -> Kernel {
     let convert_kv = super::half_vec::cast::<KV, T::C>(&[]).is_none() && !g.decode512;
     // The dense path's `P @ V` reads V's rows in place as a product operand: rows of one head
     // spread `kv_heads` rows apart (`[batch, seq, heads, dim]`) fall into few L1 sets and are
-    // re-read from L2 for every register tile, so many of them are first copied together (2000
-    // keys of the Llama bench model: 90 -> 68 ms a layer; 128 keys, MiniLM: the copy costs more).
+    // re-read from L2 for every register tile, so many of them are first copied together (a gain
+    // at 2000 keys; at MiniLM's 128 the copy costs more: session 19 in docs/benchmarks-history.md).
     let copy_v = move |t_used: usize| g.dense && g.vs[2] != g.dv && t_used >= COPY_V_KEYS;
     let items = g.items();
     let simd = avx2_fma();

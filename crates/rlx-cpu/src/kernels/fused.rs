@@ -205,7 +205,7 @@ impl<T: FloatElem> Prog<T> {
 
     /// `eval` that reads inputs in output order (`Src::Same`) in place: `chunk(buf)` gives their
     /// `len` elements of this chunk, which the instructions then read instead of a copy in a
-    /// register (the SwiGLU fusion of a 2048-token prefill: -27%).
+    /// register (faster on the SwiGLU fusion of a long prefill; docs/benchmarks-history.md).
     pub(super) fn eval_reading<'r, 'c>(
         &self,
         regs: &'r mut [T],

@@ -126,7 +126,8 @@ pub fn exp_f32(x: f32) -> f32 {
     let t = xc * LOG2E + ROUND;
     let n = t - ROUND;
     // The integer n read off t's low mantissa bits: `n as i32` saturates, which LLVM does not
-    // vectorize (each lane went through a general register: the softmax op ran 1.3x slower).
+    // vectorize (each lane went through a general register, slowing the softmax op: session 18
+    // in docs/benchmarks-history.md).
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let r = xc - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let mut p = 1.987_569_1e-4f32;

@@ -251,7 +251,8 @@ fn rope_kernel<T: Compute, P: crate::elem::IntElem>(
         if !fresh || pos.iter().zip(&last).any(|(p, l)| p.to_i64() != *l) {
             pos.iter().zip(&mut last).for_each(|(p, l)| *l = p.to_i64());
             // f64 cos and sin of every (position, frequency): split over the pool when there are
-            // many (a 2048-token prefill's table took 1.2 ms of one thread, per rope op).
+            // many (a long prefill's table is costly on one thread: session 18 in
+            // docs/benchmarks-history.md).
             let (tab, last) = (SharedMut(table.as_mut_ptr()), &last);
             let chunks = if s * half < PAR_MIN / 16 { 1 } else { num_threads().min(s) };
             parallel_for(chunks, &|c| {

@@ -12,8 +12,9 @@
 //! splits the rows over threads; prefill quantizes each activation row once and runs a batched
 //! int8 matmul (`gemm.rs`): weight rows unpacked once into a tile every activation row reuses.
 //! On CPUs with AMX-BF16, prefill of at least `amx::MIN_ROWS` rows over the repacked copy
-//! dequantizes bands of weight rows to bf16 and runs `tdpbf16ps` tiles instead (`amx.rs`: 2-4x
-//! the int8 kernels at 128 rows; `RLX_QUANT_AMX=0` turns it off).
+//! dequantizes bands of weight rows to bf16 and runs `tdpbf16ps` tiles instead (`amx.rs`, faster
+//! than the int8 kernels: session 15 in docs/benchmarks-history.md; `RLX_QUANT_AMX=0` turns it
+//! off).
 //! The repacked and batched kernels are x86 only: on aarch64 decode and prefill both take the
 //! NEON row dot products (`neon.rs`), one weight row against each activation row.
 
@@ -153,9 +154,9 @@ macro_rules! pick {
 }
 
 /// The int8 row dot product for `scheme` on `isa`, or None when the scheme has none.
-/// Q8_0 takes four blocks per step by default (1.4-2x faster); Q4_K and Q6_K one block, as the
-/// four-block form ran no faster from DRAM here. `RLX_QUANT_BLOCKS=1` or `=4` forces either form
-/// for every scheme (for comparisons).
+/// Q8_0 takes four blocks per step by default (faster: docs/benchmarks-history.md); Q4_K and Q6_K
+/// one block, as the four-block form ran no faster from DRAM here. `RLX_QUANT_BLOCKS=1` or `=4`
+/// forces either form for every scheme (for comparisons).
 pub fn row_dot(scheme: QuantScheme, isa: Isa) -> Option<RowDot> {
     let four = match rlx_driver::config().cpu.quant.blocks {
         Some(1) => false,

@@ -3,8 +3,8 @@
 //! with each query row, the 16 sums turned into one 16-lane vector by a transpose-and-add tree;
 //! the online softmax runs on 16 lanes; `P @ V` keeps up to 4 rows x 64 columns of the output in
 //! registers. The online path (AVX2 dot products with horizontal adds, 4-row tiles that decode
-//! fills 1-2 rows of, a portable `P @ V`) spent 0.66 ms a layer on a 2000-token cache of the
-//! Llama bench model; this path 0.45 ms, 18 GB/s of K and V, about what DRAM gives two threads.
+//! fills 1-2 rows of, a portable `P @ V`) was slower on a long cache; this path reads K and V
+//! at about what DRAM gives two threads (session 18 in docs/benchmarks-history.md).
 
 // Intrinsics code: every statement is unsafe; the functions document the contract.
 #![allow(unsafe_op_in_unsafe_fn)]
@@ -96,8 +96,8 @@ unsafe fn item_body<T: Compute, L: Lanes16>(w: &Work<'_, T>, k: &[L], v: &[L], i
         let nk = BK.min(hi_k - j0);
         let (kb, vb) = (g.k_at(kv, j0), g.v_at(kv, j0));
         assert!(k.len() >= kb + (nk - 1) * ldk + d && v.len() >= vb + (nk - 1) * ldv + dv);
-        // The next block's keys and values into L2 while this one computes: +10% decode
-        // attention speed at 2000 tokens (0.48 -> 0.43 ms a layer in f32, 0.34 -> 0.30 in f16).
+        // The next block's keys and values into L2 while this one computes: faster decode
+        // attention over long caches (session 19 in docs/benchmarks-history.md).
         if j0 + nk < hi_k {
             let nn = BK.min(hi_k - j0 - nk);
             let (kn, vn, esz) = (g.k_at(kv, j0 + nk), g.v_at(kv, j0 + nk), std::mem::size_of::<L>());

@@ -66,8 +66,8 @@ pub fn act_buffer_len(m: usize, k: usize) -> usize {
 }
 
 /// Row stride of the bf16 activations: one cache line past k. Rows 4 KiB apart (k = 2048) put
-/// all 32 rows of an A tile pair in one L1 set, more than its ways; prefill of the Llama bench
-/// model, old and new alternated: +4% at 512 tokens (4 of 4 rounds), +5-7% at 128, +1-3% at 2048.
+/// all 32 rows of an A tile pair in one L1 set, more than its ways; the padded rows speed up
+/// prefill (session 18 in docs/benchmarks-history.md).
 fn act_stride(k: usize) -> usize {
     k + 32
 }

@@ -1,6 +1,6 @@
 //! 16-lane AVX-512 versions of `exp8`, `erf8` and `gelu8` (the same polynomial and operation order, so
 //! bit-identical results). Zen 4 runs a zmm FMA as two halves, so the gain is half the
-//! instructions: GELU 0.80 -> 0.43 ns per element on one core.
+//! instructions (session 6 in docs/benchmarks-history.md).
 
 #[cfg(target_arch = "x86_64")]
 use rlx_ir::ops::UnaryKind;
@@ -93,9 +93,8 @@ unsafe fn lanes(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m512) -> 
 
 /// Softmax of one contiguous row `x` into `out` (the same length): max, then `exp(x - max)`
 /// and its sum, then a scale by 1 / sum. A row of -inf gives NaN, and a NaN anywhere makes the
-/// row NaN (through the sum), as `nn::softmax_lane`. The portable lane loop ran at 1.2 ns per
-/// element on a Xeon core (128-wide rows); the softmax op on [12, 128, 128] went from 0.345 to
-/// 0.165 ms with this routine (2 threads, input and output copies included).
+/// row NaN (through the sum), as `nn::softmax_lane`. Faster than the portable lane loop
+/// (session 18 in docs/benchmarks-history.md).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `out` holds `x.len()` elements.
