@@ -64,16 +64,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn q8_0_block_by_hand() {
+    fn block_types_go_to_the_ir_codec() {
+        // The bits are rlx-ir's to test (quant/decode.rs); here only that a block type reaches it.
         let mut b = vec![0u8; 34];
         b[..2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
-        for j in 0..32 {
-            b[2 + j] = (j as i8 - 16) as u8;
-        }
-        let y = dequantize(GgmlType::Q8_0, &b, 32).unwrap();
-        for (j, v) in y.iter().enumerate() {
-            assert_eq!(*v, (j as f32 - 16.0) * 0.5);
-        }
+        b[2] = 4;
+        assert_eq!(dequantize(GgmlType::Q8_0, &b, 32).unwrap()[..2], [2.0, 0.0]);
     }
 
     #[test]

@@ -33,77 +33,51 @@ pub trait LlmTokenizer: Send + Sync + std::fmt::Debug {
     fn chat_template(&self) -> Option<&str>;
 }
 
-impl LlmTokenizer for GgufTokenizer {
-    fn vocab_size(&self) -> usize {
-        GgufTokenizer::vocab_size(self)
-    }
-    fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        GgufTokenizer::encode(self, text)
-    }
-    fn encode_special(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
-        GgufTokenizer::encode_special(self, text, add_bos)
-    }
-    fn decode(&self, ids: &[u32]) -> String {
-        GgufTokenizer::decode(self, ids)
-    }
-    fn piece_bytes(&self, id: u32) -> Vec<u8> {
-        GgufTokenizer::piece_bytes(self, id)
-    }
-    fn token_id(&self, text: &str) -> Option<u32> {
-        GgufTokenizer::token_id(self, text)
-    }
-    fn bos(&self) -> Option<u32> {
-        self.bos
-    }
-    fn add_bos(&self) -> bool {
-        self.add_bos
-    }
-    fn eos(&self) -> Option<u32> {
-        self.eos
-    }
-    fn stop_tokens(&self) -> Vec<u32> {
-        self.eos.into_iter().collect()
-    }
-    fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
-    }
+/// The trait methods both tokenizers answer from inherent methods and fields of the same names;
+/// `stop` is the expression for `stop_tokens`.
+macro_rules! forward_llm_tokenizer {
+    ($ty:ty, |$s:ident| $stop:expr) => {
+        impl LlmTokenizer for $ty {
+            fn vocab_size(&self) -> usize {
+                <$ty>::vocab_size(self)
+            }
+            fn encode(&self, text: &str) -> Result<Vec<u32>> {
+                <$ty>::encode(self, text)
+            }
+            fn encode_special(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+                <$ty>::encode_special(self, text, add_bos)
+            }
+            fn decode(&self, ids: &[u32]) -> String {
+                <$ty>::decode(self, ids)
+            }
+            fn piece_bytes(&self, id: u32) -> Vec<u8> {
+                <$ty>::piece_bytes(self, id)
+            }
+            fn token_id(&self, text: &str) -> Option<u32> {
+                <$ty>::token_id(self, text)
+            }
+            fn bos(&self) -> Option<u32> {
+                self.bos
+            }
+            fn add_bos(&self) -> bool {
+                self.add_bos
+            }
+            fn eos(&self) -> Option<u32> {
+                self.eos
+            }
+            fn stop_tokens(&self) -> Vec<u32> {
+                let $s = self;
+                $stop
+            }
+            fn chat_template(&self) -> Option<&str> {
+                self.chat_template.as_deref()
+            }
+        }
+    };
 }
 
-impl LlmTokenizer for HfTokenizer {
-    fn vocab_size(&self) -> usize {
-        HfTokenizer::vocab_size(self)
-    }
-    fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        HfTokenizer::encode(self, text)
-    }
-    fn encode_special(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
-        HfTokenizer::encode_special(self, text, add_bos)
-    }
-    fn decode(&self, ids: &[u32]) -> String {
-        HfTokenizer::decode(self, ids)
-    }
-    fn piece_bytes(&self, id: u32) -> Vec<u8> {
-        HfTokenizer::piece_bytes(self, id)
-    }
-    fn token_id(&self, text: &str) -> Option<u32> {
-        HfTokenizer::token_id(self, text)
-    }
-    fn bos(&self) -> Option<u32> {
-        self.bos
-    }
-    fn add_bos(&self) -> bool {
-        self.add_bos
-    }
-    fn eos(&self) -> Option<u32> {
-        self.eos
-    }
-    fn stop_tokens(&self) -> Vec<u32> {
-        self.stop.clone()
-    }
-    fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
-    }
-}
+forward_llm_tokenizer!(GgufTokenizer, |t| t.eos.into_iter().collect());
+forward_llm_tokenizer!(HfTokenizer, |t| t.stop.clone());
 
 /// The tokenizer of the model at `path`: a Hugging Face checkpoint folder's files, or the one
 /// embedded in a `.gguf` file.

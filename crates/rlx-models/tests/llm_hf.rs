@@ -157,8 +157,8 @@ fn llama_f32_checkpoint_matches_the_f64_reference() {
 /// activations to bf16 (8 significant bits, relative error up to 2^-9) and accumulates in f32,
 /// while the reference multiplies unrounded f64 activations. Over 2 layers of 7 products that
 /// moves the logits by about 1% of their largest magnitude (measured: 0.5% Qwen3, 1.5% Llama,
-/// whose untied LM head gives logits up to ~16), so the bound is 3% relative to the largest
-/// logit; `greedy_tokens_equal_the_gguf_conversion` holds the bf16 arithmetic itself exactly.
+/// whose untied LM head gives logits up to ~16; the products of bf16 weights also come out in
+/// bf16, as PyTorch's do), so the bound is 3% relative to the largest logit; `greedy_tokens_equal_the_gguf_conversion` holds the bf16 arithmetic itself exactly.
 #[test]
 fn bf16_checkpoints_match_the_f64_reference_within_bf16_rounding() {
     for arch in ["qwen3", "llama"] {
@@ -168,10 +168,15 @@ fn bf16_checkpoints_match_the_f64_reference_within_bf16_rounding() {
         let (e, scale) = (max_abs_diff(&logits, &r.logits), r.logits.iter().fold(0.0f32, |a, x| a.max(x.abs())));
         eprintln!("{arch} bf16 checkpoint: logits max |error| vs f64 = {e:.2e} (max |logit| {scale:.2})");
         assert!(e / scale < 0.03, "{arch}: bf16 logits differ from the f64 reference by {e} (max |logit| {scale})");
-        // The token embedding is gathered as bf16 rows from the map, not widened at load.
+        // The token embedding is gathered as bf16 rows from the map, not widened at load; the
+        // CPU multiplies bf16 natively, so every linear weight stays in the map as stored too.
         let emb = &m.weights().params()[0];
         assert_eq!(emb.kind, ParamKind::Half(DType::BF16));
         assert!(m.weights().file_range(emb).is_some());
+        for p in m.weights().params().iter().filter(|p| p.weight.is_linear()) {
+            assert_eq!(p.kind, ParamKind::Half(DType::BF16), "{:?}", p.weight);
+            assert!(m.weights().file_range(p).is_some(), "{:?} was copied", p.weight);
+        }
     }
 }
 
