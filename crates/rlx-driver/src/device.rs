@@ -43,7 +43,10 @@ impl Device {
 
     /// Why the device cannot be used, or None when it can. Devices ask the probe registered for
     /// them (see `register_probe`); the CPU is available unless a probe says otherwise (a
-    /// runtime built without its `cpu` feature registers one).
+    /// runtime built without its `cpu` feature registers one). The runtime registers its
+    /// backends' probes when the first `Session` is created (or on
+    /// `rlx_runtime::register_backends()`): ask after that, since this crate cannot reach the
+    /// backends itself.
     pub fn unavailable_reason(self) -> Option<&'static str> {
         if self == Device::Auto {
             // A choice among the others: available when one of them is.

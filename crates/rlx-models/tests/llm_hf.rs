@@ -108,6 +108,27 @@ fn f32_folder(arch: &str) -> PathBuf {
     dir
 }
 
+/// The bf16 fixture folder with every tensor in f16 (bf16 values fit f16's range here; the
+/// rounding differs in the last bits).
+fn f16_folder(arch: &str) -> PathBuf {
+    let dir = copy_folder(&format!("{arch}-bf16"));
+    for shard in shards(&dir) {
+        let mut t = read_shard(&shard);
+        for (_, dtype, _, bytes) in &mut t {
+            *bytes = bytes
+                .chunks_exact(2)
+                .flat_map(|c| {
+                    let v = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+                    half::f16::from_f32(v).to_le_bytes()
+                })
+                .collect();
+            *dtype = Dtype::F16;
+        }
+        write_shard(&shard, &t);
+    }
+    dir
+}
+
 fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
     let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     f(&mut v);
@@ -177,6 +198,25 @@ fn bf16_checkpoints_match_the_f64_reference_within_bf16_rounding() {
             assert_eq!(p.kind, ParamKind::Half(DType::BF16), "{:?}", p.weight);
             assert!(m.weights().file_range(p).is_some(), "{:?} was copied", p.weight);
         }
+    }
+}
+
+/// An f16 checkpoint keeps its linear weights in the map as stored too (products in f16, as
+/// PyTorch's f16 layers give them), within f16 rounding of the f64 reference.
+#[test]
+fn f16_checkpoints_keep_their_weights_as_stored() {
+    for arch in ["qwen3", "llama"] {
+        let r = reference(arch);
+        let mut m = load(&f16_folder(arch), &LoadOptions::default());
+        for p in m.weights().params().iter().filter(|p| p.weight.is_linear()) {
+            assert_eq!(p.kind, ParamKind::Half(DType::F16), "{:?}", p.weight);
+            assert!(m.weights().file_range(p).is_some(), "{:?} was copied", p.weight);
+        }
+        let logits = m.forward_all(std::slice::from_ref(&r.ids)).unwrap().remove(0);
+        let (e, scale) = (max_abs_diff(&logits, &r.logits), r.logits.iter().fold(0.0f32, |a, x| a.max(x.abs())));
+        eprintln!("{arch} f16 checkpoint: logits max |error| vs f64 = {e:.2e} (max |logit| {scale:.2})");
+        // f16 keeps 11 bits: an order of magnitude inside the bf16 bound.
+        assert!(e / scale < 0.005, "{arch}: f16 logits differ from the f64 reference by {e} (max |logit| {scale})");
     }
 }
 

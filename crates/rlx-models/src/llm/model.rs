@@ -64,15 +64,14 @@ impl std::fmt::Debug for LlmModel {
     }
 }
 
-/// The half dtypes whose `x @ w^T` the session's backend runs natively: linear weights stored
-/// in them are kept as stored (half the memory and the bytes a decode step reads) instead of
-/// widened to f32. bf16 only: its products come out in bf16, as PyTorch's bf16 linear layers
-/// give them; f16 weights keep llama.cpp's f32 products (a widened copy), which its reference
-/// logits are held to.
-fn half_matmul_dtypes(session: &Session) -> Vec<DType> {
+/// The half dtypes among `wanted` whose `x @ w^T` the session's backend runs natively: linear
+/// weights stored in them are kept as stored (half the memory and the bytes a decode step
+/// reads) instead of widened to f32, and their products come out in that dtype.
+fn half_matmul_dtypes(session: &Session, wanted: &[DType]) -> Vec<DType> {
     let Ok(backend) = session.backend() else { return vec![] };
-    [DType::BF16]
-        .into_iter()
+    wanted
+        .iter()
+        .copied()
         .filter(|&dt| {
             let (x, w) = (rlx_ir::Shape::new(&[4, 64], dt), rlx_ir::Shape::new(&[32, 64], dt));
             let op = rlx_ir::ops::MatMul { transpose_a: false, transpose_b: true };
@@ -111,17 +110,23 @@ impl LlmModel {
         let path = path.as_ref();
         let p = path.display().to_string();
         let session = Session::new(device);
-        let wopts = WeightOptions { quantize: opts.quantize, half_matmul: half_matmul_dtypes(&session) };
+        // Each format keeps its ecosystem's arithmetic: a Hugging Face checkpoint's f16 / bf16
+        // linear layers give products in their dtype (as PyTorch's do); GGUF's f16 products are
+        // f32 (as llama.cpp's are, whose logits the f16 fixtures are held to), bf16 in bf16.
+        let half = |wanted: &[DType]| WeightOptions {
+            quantize: opts.quantize,
+            half_matmul: half_matmul_dtypes(&session, wanted),
+        };
         let (cfg, weights) = if path.is_dir() {
             let hf = read_config(path)?;
             let ck = HfCheckpoint::open(path)?;
-            let w = LlmWeights::from_hf(ck, &hf.cfg, hf.tied, &wopts)?;
+            let w = LlmWeights::from_hf(ck, &hf.cfg, hf.tied, &half(&[DType::F16, DType::BF16]))?;
             (hf.cfg, w)
         } else {
             let file = rlx_gguf::GgufFile::open(path)
                 .map_err(|e| Error::ModelFile { path: p.clone(), reason: e.to_string() })?;
             let cfg = LlmConfig::from_gguf(file.gguf(), &p)?;
-            let w = LlmWeights::from_gguf(file, &p, &cfg, &wopts)?;
+            let w = LlmWeights::from_gguf(file, &p, &cfg, &half(&[DType::BF16]))?;
             (cfg, w)
         };
         if max_ctx == 0 {
