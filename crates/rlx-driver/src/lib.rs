@@ -72,6 +72,12 @@ pub trait Backend: Send + Sync {
     /// Whether a native kernel exists for this node with these input types.
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool;
 
+    /// Whether a native kernel exists for `op` making `out` from inputs of these types: the probe
+    /// passes and loaders use to decide what to form (attention, a half-precision weight).
+    fn supports_op(&self, op: rlx_ir::Op, out: Shape, inputs: &[&Shape]) -> bool {
+        self.supports(&Node { op, inputs: vec![], ty: out }, inputs)
+    }
+
     /// Why this node has no native kernel, when the reason is a device capability or limit
     /// (`adapter lacks shader-f16`, a buffer over the binding limit) rather than a missing
     /// kernel. Legalization prints it beside the node in the dispatch report. Default: none.

@@ -198,25 +198,7 @@ impl GgufTokenizer {
             .filter(|&i| self.types[i] == CONTROL && !self.tokens[i].is_empty())
             .map(|i| (self.tokens[i].as_str(), i as u32))
             .collect();
-        let mut out = self.encode_with("", add_bos)?;
-        let mut rest = text;
-        while !rest.is_empty() {
-            // The earliest match, longest first at one position.
-            let hit = specials
-                .iter()
-                .filter_map(|&(t, id)| rest.find(t).map(|at| (at, std::cmp::Reverse(t.len()), id)))
-                .min();
-            let Some((at, std::cmp::Reverse(len), id)) = hit else {
-                out.extend(self.encode_with(rest, false)?);
-                break;
-            };
-            if at > 0 {
-                out.extend(self.encode_with(&rest[..at], false)?);
-            }
-            out.push(id);
-            rest = &rest[at + len..];
-        }
-        Ok(out)
+        crate::llm_tokenizer::encode_around_specials(text, &specials, add_bos, |t, bos| self.encode_with(t, bos))
     }
 
     /// The id of the token whose text is exactly `text`, if the vocabulary has one.

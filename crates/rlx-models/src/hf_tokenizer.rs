@@ -183,22 +183,8 @@ impl HfTokenizer {
     /// Tokenizes `text` in which the text of special tokens (`<|im_start|>`, ...) stands for
     /// those tokens, as chat templates write them; the longest wins where several match.
     pub fn encode_special(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
-        let mut out = self.encode_with("", add_bos)?;
-        let mut rest = text;
-        while !rest.is_empty() {
-            // The earliest match; `specials` is longest first, so `min_by_key` keeps the longest.
-            let hit = self.specials.iter().filter_map(|(t, id)| rest.find(t.as_str()).map(|at| (at, t.len(), *id)));
-            let Some((at, len, id)) = hit.min_by_key(|h| h.0) else {
-                out.extend(self.encode_with(rest, false)?);
-                break;
-            };
-            if at > 0 {
-                out.extend(self.encode_with(&rest[..at], false)?);
-            }
-            out.push(id);
-            rest = &rest[at + len..];
-        }
-        Ok(out)
+        let specials: Vec<(&str, u32)> = self.specials.iter().map(|(t, id)| (t.as_str(), *id)).collect();
+        crate::llm_tokenizer::encode_around_specials(text, &specials, add_bos, |t, bos| self.encode_with(t, bos))
     }
 
     /// The text of `ids`, special tokens left out.

@@ -33,6 +33,33 @@ pub trait LlmTokenizer: Send + Sync + std::fmt::Debug {
     fn chat_template(&self) -> Option<&str>;
 }
 
+/// `text` with the text of `specials` (token text, id) standing for those tokens, as chat
+/// templates write them: the earliest match becomes its token (the longest where several start
+/// there), the pieces between are encoded by `encode` (BOS only before the first, when `add_bos`).
+pub(crate) fn encode_around_specials(
+    text: &str,
+    specials: &[(&str, u32)],
+    add_bos: bool,
+    encode: impl Fn(&str, bool) -> Result<Vec<u32>>,
+) -> Result<Vec<u32>> {
+    let mut out = encode("", add_bos)?;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let hit =
+            specials.iter().filter_map(|&(t, id)| rest.find(t).map(|at| (at, std::cmp::Reverse(t.len()), id))).min();
+        let Some((at, std::cmp::Reverse(len), id)) = hit else {
+            out.extend(encode(rest, false)?);
+            break;
+        };
+        if at > 0 {
+            out.extend(encode(&rest[..at], false)?);
+        }
+        out.push(id);
+        rest = &rest[at + len..];
+    }
+    Ok(out)
+}
+
 /// The trait methods both tokenizers answer from inherent methods and fields of the same names;
 /// `stop` is the expression for `stop_tokens`.
 macro_rules! forward_llm_tokenizer {

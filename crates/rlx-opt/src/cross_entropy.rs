@@ -159,6 +159,5 @@ pub fn supports_cross_entropy(backend: &dyn rlx_driver::Backend) -> bool {
     let x = Shape::new(&[2, 4], rlx_ir::DType::F32);
     let y = Shape::new(&[2], rlx_ir::DType::I32);
     let ty = Shape::new(&[2], rlx_ir::DType::F32);
-    let node = rlx_ir::Node { op: SoftmaxCrossEntropy {}.into(), inputs: vec![], ty };
-    backend.supports(&node, &[&x, &y])
+    backend.supports_op(SoftmaxCrossEntropy {}.into(), ty, &[&x, &y])
 }

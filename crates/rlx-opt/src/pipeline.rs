@@ -94,12 +94,7 @@ impl Dumper {
 /// Whether the backend runs f32 attention natively (then the attention pattern is worth forming).
 pub fn supports_attention(backend: &dyn Backend) -> bool {
     let q = rlx_ir::Shape::new(&[1, 2, 4, 8], rlx_ir::DType::F32);
-    let node = rlx_ir::Node {
-        op: rlx_ir::ops::Attention::new(rlx_ir::ops::MaskKind::None, 1.0).into(),
-        inputs: vec![],
-        ty: q.clone(),
-    };
-    backend.supports(&node, &[&q, &q, &q])
+    backend.supports_op(rlx_ir::ops::Attention::new(rlx_ir::ops::MaskKind::None, 1.0).into(), q.clone(), &[&q, &q, &q])
 }
 
 /// Whether the backend's attention and rope kernels prefer `HeadLayout::Bshd` values (its

@@ -82,9 +82,8 @@ impl Key {
             opts.fingerprint_text(),
             updates
         );
-        let graph = g.to_text();
-        let hash = fnv128(&[head.as_bytes(), graph.as_bytes()]);
-        Key { text: format!("{head}{:032x}", fnv128(&[graph.as_bytes()])), hash }
+        let text = format!("{head}{:032x}", fnv128(&[g.to_text().as_bytes()]));
+        Key { hash: fnv128(&[text.as_bytes()]), text }
     }
 }
 

@@ -75,8 +75,7 @@ fn half_matmul_dtypes(session: &Session, wanted: &[DType]) -> Vec<DType> {
         .filter(|&dt| {
             let (x, w) = (rlx_ir::Shape::new(&[4, 64], dt), rlx_ir::Shape::new(&[32, 64], dt));
             let op = rlx_ir::ops::MatMul { transpose_a: false, transpose_b: true };
-            let node = rlx_ir::Node { op: op.into(), inputs: vec![], ty: rlx_ir::Shape::new(&[4, 32], dt) };
-            backend.supports(&node, &[&x, &w])
+            backend.supports_op(op.into(), rlx_ir::Shape::new(&[4, 32], dt), &[&x, &w])
         })
         .collect()
 }
