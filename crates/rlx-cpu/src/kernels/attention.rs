@@ -21,6 +21,7 @@ mod dense512;
 #[cfg(target_arch = "aarch64")]
 mod dense_neon;
 mod online;
+mod paged;
 
 use super::math::{Compute, Real, SharedMut, avx2_fma};
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
@@ -37,6 +38,7 @@ const DTYPES: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16, DTyp
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
     t.register(OpKind::Attention, DTYPES, attention);
+    paged::register(t);
 }
 
 /// Query rows per work item (a multiple of the 4-row register tile, and of the AVX-512 dense

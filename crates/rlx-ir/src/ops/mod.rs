@@ -22,6 +22,7 @@ pub mod layout;
 pub mod leaf;
 pub mod matmul;
 pub mod norm;
+pub mod paged;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
@@ -52,6 +53,7 @@ pub use layout::{Reshape, Transpose};
 pub use leaf::{Arange, Constant, Full, Input, Param};
 pub use matmul::MatMul;
 pub use norm::{LayerNorm, RmsNorm};
+pub use paged::{PagedAttention, PagedKvWrite};
 pub use pool::{AvgPool2d, MaxPool2d};
 pub use quant::{Dequantize, QMatMul};
 pub use reduce::{ArgMax, Reduce, ReduceKind};
@@ -140,6 +142,8 @@ define_ops! {
     LayerNorm(LayerNorm),
     RmsNorm(RmsNorm),
     Attention(Attention),
+    PagedKvWrite(PagedKvWrite),
+    PagedAttention(PagedAttention),
     Rope(Rope),
     Conv2d(Conv2d),
     Dequantize(Dequantize),

@@ -40,7 +40,7 @@ pub struct GraphSpec {
     pub all_logits: bool,
 }
 
-fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> NodeId {
+pub(super) fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> NodeId {
     match kind {
         ParamKind::Dense => g.matmul_t(x, w, false, true),
         ParamKind::DenseHalf(dt) => {
@@ -59,7 +59,7 @@ fn linear(g: &mut Graph, x: NodeId, w: NodeId, kind: ParamKind, k: usize) -> Nod
     }
 }
 
-fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> (NodeId, ParamKind) {
+pub(super) fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> (NodeId, ParamKind) {
     let shape = w.shape(cfg);
     let kind = weights.kind(w);
     let s = match kind {
@@ -73,7 +73,7 @@ fn param(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, w: LlmWeight) -> 
 /// RoPE of x `[b, h, s, d]` with the inverse frequencies `inv` (`d / 2` of them): the
 /// decomposition of the `rope` op with another table, for scaled frequencies, which the op
 /// (a frequency base only) does not take.
-fn rope_with_freqs(
+pub(super) fn rope_with_freqs(
     g: &mut Graph,
     x: NodeId,
     positions: NodeId,
@@ -110,6 +110,97 @@ fn rope_with_freqs(
     if interleaved { g.reshape(y, &[b, h, s, d]) } else { y }
 }
 
+/// The embedding rows of `tokens` (`rows` of them, any shape), as f32 `[rows, hidden]`.
+pub(super) fn embed(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, tokens: NodeId, rows: usize) -> NodeId {
+    let h = cfg.hidden;
+    let (emb, ekind) = param(g, cfg, weights, LlmWeight::TokenEmbd);
+    let x = g.gather(emb, tokens, 0);
+    match ekind {
+        // Packed rows of the looked-up tokens, dequantized: the table stays packed in memory.
+        ParamKind::Packed(q) => {
+            let r = g.reshape(x, &[rows, q.row_bytes(h).unwrap_or(0)]);
+            g.dequantize(r, q, h)
+        }
+        // F16 / BF16 rows, widened after the lookup: the table stays as in the file.
+        ParamKind::Half(_) => {
+            let r = g.reshape(x, &[rows, h]);
+            g.cast(r, DType::F32)
+        }
+        _ => g.reshape(x, &[rows, h]),
+    }
+}
+
+/// Layer `l`'s normed input projected to q `[b, s, heads, hd]`, k and v `[b, s, kv_heads, hd]`
+/// (Qwen3's QK-norm applied).
+pub(super) fn qkv(
+    g: &mut Graph,
+    cfg: &LlmConfig,
+    weights: &LlmWeights,
+    l: usize,
+    x: NodeId,
+    [b, s]: [usize; 2],
+) -> (NodeId, NodeId, NodeId) {
+    use LayerWeight::*;
+    let (h, eps, hd) = (cfg.hidden, cfg.rms_eps as f32, cfg.head_dim);
+    let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));
+    let (an, _) = w(g, AttnNorm);
+    let hn = g.rms_norm(x, an, eps);
+    let ((wq, kq), (wk, kk), (wv, kv)) = (w(g, Q), w(g, K), w(g, V));
+    let q = linear(g, hn, wq, kq, h);
+    let k = linear(g, hn, wk, kk, h);
+    let v = linear(g, hn, wv, kv, h);
+    let mut q = g.reshape(q, &[b, s, cfg.heads, hd]);
+    let mut k = g.reshape(k, &[b, s, cfg.kv_heads, hd]);
+    if cfg.arch.qk_norm() {
+        let ((qn, _), (kn, _)) = (w(g, QNorm), w(g, KNorm));
+        q = g.rms_norm(q, qn, eps);
+        k = g.rms_norm(k, kn, eps);
+    }
+    (q, k, g.reshape(v, &[b, s, cfg.kv_heads, hd]))
+}
+
+/// `x` plus layer `l`'s output projection of the attention rows `a` `[rows, heads * hd]`.
+pub(super) fn attn_out(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, l: usize, a: NodeId, x: NodeId) -> NodeId {
+    let (wo, ko) = param(g, cfg, weights, LlmWeight::Layer(l, LayerWeight::O));
+    let a = linear(g, a, wo, ko, cfg.heads * cfg.head_dim);
+    g.add(x, a)
+}
+
+/// The SwiGLU block of layer `l` with its residual: `x + down(silu(gate(n)) * up(n))`, `n` the
+/// normed `x`.
+pub(super) fn ffn_block(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, l: usize, x: NodeId) -> NodeId {
+    use LayerWeight::*;
+    let (h, eps) = (cfg.hidden, cfg.rms_eps as f32);
+    let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));
+    let (fnw, _) = w(g, FfnNorm);
+    let hn = g.rms_norm(x, fnw, eps);
+    let ((wg, kg), (wu, ku), (wd, kd)) = (w(g, Gate), w(g, Up), w(g, Down));
+    let gate = linear(g, hn, wg, kg, h);
+    let up = linear(g, hn, wu, ku, h);
+    let gate = g.silu(gate);
+    let f = g.mul(gate, up);
+    let f = linear(g, f, wd, kd, cfg.ffn);
+    g.add(x, f)
+}
+
+/// The final norm and the LM head of `x` `[rows, hidden]`: logits `[rows, vocab]`.
+pub(super) fn lm_head(g: &mut Graph, cfg: &LlmConfig, weights: &LlmWeights, x: NodeId) -> NodeId {
+    let (on, _) = param(g, cfg, weights, LlmWeight::OutputNorm);
+    let x = g.rms_norm(x, on, cfg.rms_eps as f32);
+    let (wout, kout) = param(g, cfg, weights, LlmWeight::Output);
+    linear(g, x, wout, kout, cfg.hidden)
+}
+
+/// RoPE of `x` `[b, heads, s, d]` at `positions` `[s]`, with the config's scaled frequencies
+/// where it has them, else the op.
+pub(super) fn rope(g: &mut Graph, cfg: &LlmConfig, x: NodeId, positions: NodeId, bhs: [usize; 3]) -> NodeId {
+    match cfg.scaled_inv_freq() {
+        Some(inv) => rope_with_freqs(g, x, positions, &inv, cfg.rope_interleaved, bhs),
+        None if cfg.rope_interleaved => g.rope_interleaved(x, positions, cfg.rope_theta as f32),
+        None => g.rope(x, positions, cfg.rope_theta as f32),
+    }
+}
+
 /// Builds the decoder for `spec`. With a cache, each layer's new keys and values are written at
 /// `start` into the `k_cache.{l}` / `v_cache.{l}` params `[batch, kv_heads, cache, head_dim]` of
 /// dtype `kv_dtype` (f32, or f16/bf16: rounded as they are stored, widened as attention reads
@@ -120,8 +211,6 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
     let (b, s, h) = (spec.batch, spec.seq, cfg.hidden);
     let (nh, kvh, hd) = (cfg.heads, cfg.kv_heads, cfg.head_dim);
     let keys = spec.cache.unwrap_or(s);
-    let eps = cfg.rms_eps as f32;
-    let theta = cfg.rope_theta as f32;
     let name = match spec.cache {
         Some(c) => format!("{}_{b}x{s}_cache{c}", cfg.arch.name()),
         None => format!("{}_{b}x{s}", cfg.arch.name()),
@@ -132,54 +221,17 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
     let start = spec.cache.map(|_| g.input(names::START, Shape::new(&[], DType::I32)));
     let mask = g.input(names::MASK, Shape::new(&[b, 1, s, keys], DType::F32));
 
-    let (emb, ekind) = param(&mut g, cfg, weights, LlmWeight::TokenEmbd);
-    let x = g.gather(emb, tokens, 0);
-    let mut x = match ekind {
-        // Packed rows of the looked-up tokens, dequantized: the table stays packed in memory.
-        ParamKind::Packed(q) => {
-            let rows = g.reshape(x, &[b * s, q.row_bytes(h).unwrap_or(0)]);
-            g.dequantize(rows, q, h)
-        }
-        // F16 / BF16 rows, widened after the lookup: the table stays as in the file.
-        ParamKind::Half(_) => {
-            let rows = g.reshape(x, &[b * s, h]);
-            g.cast(rows, DType::F32)
-        }
-        _ => g.reshape(x, &[b * s, h]),
-    };
+    let mut x = embed(&mut g, cfg, weights, tokens, b * s);
     let scale = 1.0 / (hd as f32).sqrt();
-    let inv_freq = cfg.scaled_inv_freq();
     for l in 0..cfg.layers {
-        let w = |g: &mut Graph, lw: LayerWeight| param(g, cfg, weights, LlmWeight::Layer(l, lw));
-        use LayerWeight::*;
-        let (an, _) = w(&mut g, AttnNorm);
-        let hn = g.rms_norm(x, an, eps);
-        let ((wq, kq), (wk, kk), (wv, kv)) = (w(&mut g, Q), w(&mut g, K), w(&mut g, V));
-        let q = linear(&mut g, hn, wq, kq, h);
-        let k = linear(&mut g, hn, wk, kk, h);
-        let v = linear(&mut g, hn, wv, kv, h);
-        let mut q = g.reshape(q, &[b, s, nh, hd]);
-        let mut k = g.reshape(k, &[b, s, kvh, hd]);
-        if cfg.arch.qk_norm() {
-            let ((qn, _), (kn, _)) = (w(&mut g, QNorm), w(&mut g, KNorm));
-            q = g.rms_norm(q, qn, eps);
-            k = g.rms_norm(k, kn, eps);
-        }
+        let (q, k, v) = qkv(&mut g, cfg, weights, l, x, [b, s]);
         // [b, s, heads, hd] to [b, heads, s, hd] (the optimizer folds these swaps into rope and
         // attention where it can). GGUF Llama Q/K rows are ordered for RoPE on adjacent pairs.
         let q = g.transpose(q, &[0, 2, 1, 3]);
         let k = g.transpose(k, &[0, 2, 1, 3]);
-        let v = g.reshape(v, &[b, s, kvh, hd]);
         let v = g.transpose(v, &[0, 2, 1, 3]);
-        let (q, k) = if let Some(inv) = &inv_freq {
-            let it = cfg.rope_interleaved;
-            let qr = rope_with_freqs(&mut g, q, positions, inv, it, [b, nh, s]);
-            (qr, rope_with_freqs(&mut g, k, positions, inv, it, [b, kvh, s]))
-        } else if cfg.rope_interleaved {
-            (g.rope_interleaved(q, positions, theta), g.rope_interleaved(k, positions, theta))
-        } else {
-            (g.rope(q, positions, theta), g.rope(k, positions, theta))
-        };
+        let q = rope(&mut g, cfg, q, positions, [b, nh, s]);
+        let k = rope(&mut g, cfg, k, positions, [b, kvh, s]);
         let (k, v) = match (spec.cache, start) {
             (Some(c), Some(start)) => {
                 let cache_shape = Shape::new(&[b, kvh, c, hd], kv_dtype);
@@ -197,18 +249,8 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
         let a = g.attention_with_mask(q, k, v, mask, scale);
         let a = g.transpose(a, &[0, 2, 1, 3]);
         let a = g.reshape(a, &[b * s, nh * hd]);
-        let (wo, ko) = w(&mut g, O);
-        let a = linear(&mut g, a, wo, ko, nh * hd);
-        x = g.add(x, a);
-        let (fnw, _) = w(&mut g, FfnNorm);
-        let hn = g.rms_norm(x, fnw, eps);
-        let ((wg, kg), (wu, ku), (wd, kd)) = (w(&mut g, Gate), w(&mut g, Up), w(&mut g, Down));
-        let gate = linear(&mut g, hn, wg, kg, h);
-        let up = linear(&mut g, hn, wu, ku, h);
-        let gate = g.silu(gate);
-        let f = g.mul(gate, up);
-        let f = linear(&mut g, f, wd, kd, cfg.ffn);
-        x = g.add(x, f);
+        x = attn_out(&mut g, cfg, weights, l, a, x);
+        x = ffn_block(&mut g, cfg, weights, l, x);
     }
     if !spec.all_logits && s > 1 {
         // Only the last token's logits: slice before the final norm and the LM head.
@@ -216,10 +258,7 @@ pub fn llm_graph(cfg: &LlmConfig, weights: &LlmWeights, spec: GraphSpec, kv_dtyp
         let last = g.slice_axis(x3, 1, s - 1, s);
         x = g.reshape(last, &[b, h]);
     }
-    let (on, _) = param(&mut g, cfg, weights, LlmWeight::OutputNorm);
-    let x = g.rms_norm(x, on, eps);
-    let (wout, kout) = param(&mut g, cfg, weights, LlmWeight::Output);
-    let logits = linear(&mut g, x, wout, kout, h);
+    let logits = lm_head(&mut g, cfg, weights, x);
     let logits = if spec.all_logits { g.reshape(logits, &[b, s, cfg.vocab_size]) } else { logits };
     g.set_outputs(vec![logits]);
     g

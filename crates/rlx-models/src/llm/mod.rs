@@ -7,6 +7,7 @@ pub mod generate;
 pub mod graph;
 pub mod hf;
 pub mod model;
+pub mod paged;
 pub mod weights;
 
 pub use config::{Arch, LlmConfig, RopeScaling};
@@ -14,4 +15,5 @@ pub use generate::{GenerateOptions, GenerateStats, generate, generate_batch};
 pub use graph::{GraphSpec, k_cache_name, llm_graph, v_cache_name};
 pub use hf::{HfCheckpoint, HfConfig, read_config};
 pub use model::{LlmModel, LoadOptions};
+pub use paged::{PagedConfig, PagedModel, SeqId, k_pages_name, paged_graph, v_pages_name};
 pub use weights::{LayerWeight, LlmWeight, LlmWeights, ParamKind, WeightOptions};

@@ -49,9 +49,9 @@ struct Io {
 pub struct LlmModel {
     path: String,
     cfg: LlmConfig,
-    weights: Arc<LlmWeights>,
-    session: Session,
-    graphs: HashMap<GraphSpec, CompiledGraph>,
+    pub(super) weights: Arc<LlmWeights>,
+    pub(super) session: Session,
+    pub(super) graphs: HashMap<GraphSpec, CompiledGraph>,
     max_ctx: usize,
     kv_dtype: DType,
     state: Option<CacheState>,
@@ -243,7 +243,7 @@ impl LlmModel {
 
     /// Points the first graph's weight params at their bytes: the memory-mapped file where the
     /// graph takes them unchanged, else the converted copy the weights hold (no further copy).
-    fn bind_weights(&self, c: &mut CompiledGraph) -> Result<()> {
+    pub(super) fn bind_weights(&self, c: &mut CompiledGraph) -> Result<()> {
         for (i, p) in self.weights.params().iter().enumerate() {
             let name = p.weight.gguf_name();
             let dtype = LlmWeights::dtype(p);

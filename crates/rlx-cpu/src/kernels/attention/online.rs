@@ -106,7 +106,15 @@ fn item_body<T: Compute, const FMA: bool>(w: &Work<'_, T>, item: usize, sc: &mut
 /// FMA for f32 when `d` is a multiple of 8.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn scores<C: Real, const FMA: bool>(q: &[C], d: usize, k: &[C], ldk: usize, p: &mut [C], rows4: usize, nk: usize) {
+pub(super) fn scores<C: Real, const FMA: bool>(
+    q: &[C],
+    d: usize,
+    k: &[C],
+    ldk: usize,
+    p: &mut [C],
+    rows4: usize,
+    nk: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     if FMA && std::mem::size_of::<C>() == 4 && d.is_multiple_of(8) {
         assert!(q.len() >= rows4 * d && k.len() >= (nk - 1) * ldk + d && p.len() >= (rows4 - 1) * BK + nk);
@@ -214,7 +222,7 @@ fn scores_rows<C: Real, const FMA: bool>(q: &[C], d: usize, k: &[C], ldk: usize,
 /// must be a multiple of 4. Columns past the last full 16 take a scalar path.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn matmul_tile<C: Real, const FMA: bool>(
+pub(super) fn matmul_tile<C: Real, const FMA: bool>(
     a: &[C],
     lda: usize,
     b: &[C],
