@@ -90,3 +90,33 @@ fn reserve_refuses_past_the_pool_and_steps_refuse_misuse() {
     assert_eq!(m.free_pages(), 7);
     assert!(PagedModel::new(model("qwen3-f16.gguf", 16, DType::F16), PagedConfig { pages: 4, ..cfg(16) }).is_err());
 }
+
+/// Continuous batching changes no result: greedy tokens of 6 prompts run together (with a pool
+/// small enough to preempt) equal `generate` on each prompt alone.
+#[test]
+fn continuous_batching_gives_the_tokens_of_one_prompt_at_a_time() {
+    use rlx_models::llm::{BatchScheduler, GenerateOptions, generate, generate_paged};
+    use rlx_models::sampling::SamplerConfig;
+    let prompts: Vec<Vec<u32>> = vec![
+        vec![5, 77, 120, 3, 250, 9, 41, 100, 7, 8, 31, 64],
+        vec![11, 12],
+        vec![200, 3, 9, 27, 81],
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+        vec![42],
+        vec![99, 98, 97, 96],
+    ];
+    let greedy = SamplerConfig { temperature: 0.0, ..SamplerConfig::default() };
+    for file in ["qwen3-f16.gguf", "qwen3k-q4_k_m.gguf"] {
+        let mut single = model(file, 32, DType::F16);
+        let opts = GenerateOptions { max_tokens: 12, sampler: greedy.clone(), stop_tokens: vec![] };
+        let want: Vec<Vec<u32>> = prompts.iter().map(|p| generate(&mut single, p, &opts, |_| true).unwrap().tokens).collect();
+        // 3 rows, 8-token steps, 10 usable pages of 4 tokens: not every sequence fits at once.
+        let pc = PagedConfig { page_size: 4, pages: 11, max_seqs: 3, max_step_tokens: 8, max_ctx: 32 };
+        let mut sched = BatchScheduler::new(PagedModel::new(model(file, 32, DType::F16), pc).unwrap());
+        let got = generate_paged(&mut sched, &prompts, 12, &greedy, &[]).unwrap();
+        assert_eq!(got, want, "{file}");
+        let st = sched.stats();
+        assert_eq!((st.running, st.waiting, st.pages_used), (0, 0, 0), "{file}: {st:?}");
+        assert!(st.preemptions > 0, "{file}: the small pool preempts ({st:?})");
+    }
+}

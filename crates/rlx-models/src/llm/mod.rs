@@ -2,6 +2,7 @@
 //! folders: config, weights (quantized weights stay packed; float ones may be quantized on
 //! load), the graph, a KV cache that grows in place, and generation.
 
+pub mod batch;
 pub mod config;
 pub mod generate;
 pub mod graph;
@@ -10,6 +11,7 @@ pub mod model;
 pub mod paged;
 pub mod weights;
 
+pub use batch::{BatchEvent, BatchFinish, BatchRequest, BatchScheduler, BatchStats, RequestId, generate_paged};
 pub use config::{Arch, LlmConfig, RopeScaling};
 pub use generate::{GenerateOptions, GenerateStats, generate, generate_batch};
 pub use graph::{GraphSpec, k_cache_name, llm_graph, v_cache_name};
