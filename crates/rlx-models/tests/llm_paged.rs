@@ -109,7 +109,8 @@ fn continuous_batching_gives_the_tokens_of_one_prompt_at_a_time() {
     for file in ["qwen3-f16.gguf", "qwen3k-q4_k_m.gguf"] {
         let mut single = model(file, 32, DType::F16);
         let opts = GenerateOptions { max_tokens: 12, sampler: greedy.clone(), stop_tokens: vec![] };
-        let want: Vec<Vec<u32>> = prompts.iter().map(|p| generate(&mut single, p, &opts, |_| true).unwrap().tokens).collect();
+        let want: Vec<Vec<u32>> =
+            prompts.iter().map(|p| generate(&mut single, p, &opts, |_| true).unwrap().tokens).collect();
         // 3 rows, 8-token steps, 10 usable pages of 4 tokens: not every sequence fits at once.
         let pc = PagedConfig { page_size: 4, pages: 11, max_seqs: 3, max_step_tokens: 8, max_ctx: 32 };
         let mut sched = BatchScheduler::new(PagedModel::new(model(file, 32, DType::F16), pc).unwrap());

@@ -2,14 +2,15 @@
 //!
 //! `Engine` is the seam between the HTTP layer and scheduling. The router only submits a
 //! `GenRequest` and reads `Event`s back; how requests share the model is the engine's business.
-//! `SerialEngine` is the first implementation: one worker thread owns the model and runs
-//! requests one at a time, first come first served, from a bounded queue. A batched scheduler
-//! (paged KV cache, continuous batching) implements the same trait and replaces it.
+//! `BatchEngine`: one worker thread owns a `BatchScheduler` (paged KV cache, continuous
+//! batching) and turns its tokens into text events; requests wait in a bounded queue, and are
+//! taken from it only while a sequence row is free, so a full queue answers 429.
 
 use crate::metrics::Metrics;
 use crate::stop::{StopScanner, Utf8Assembler};
-use rlx_models::llm::{GenerateOptions, LlmModel, generate};
+use rlx_models::llm::{BatchEvent, BatchFinish, BatchRequest, BatchScheduler, RequestId};
 use rlx_models::{LlmTokenizer, SamplerConfig};
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,30 +95,39 @@ struct Job {
     submitted: Instant,
 }
 
-/// One worker thread that owns the model and runs requests one at a time (FCFS).
-pub struct SerialEngine {
+/// One worker thread that owns the scheduler and runs every admitted request together.
+pub struct BatchEngine {
     queue: mpsc::Sender<Job>,
     capacity: usize,
     stopping: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
 }
 
-impl SerialEngine {
+impl BatchEngine {
     /// Starts the worker; `queue` is how many requests may wait (at least 1).
-    pub fn start(model: LlmModel, tok: Arc<dyn LlmTokenizer>, queue: usize, metrics: Arc<Metrics>) -> Self {
+    pub fn start(sched: BatchScheduler, tok: Arc<dyn LlmTokenizer>, queue: usize, metrics: Arc<Metrics>) -> Self {
         let capacity = queue.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let stopping = Arc::new(AtomicBool::new(false));
-        let worker = Worker { model, tok, metrics: metrics.clone(), stopping: stopping.clone() };
+        let st = sched.stats();
+        metrics.kv_pages(st.pages_used, st.pages_total);
+        let worker = Worker {
+            sched,
+            tok,
+            metrics: metrics.clone(),
+            stopping: stopping.clone(),
+            active: HashMap::new(),
+            waiting_counted: 0,
+        };
         std::thread::Builder::new()
             .name("rlx-serve-engine".into())
             .spawn(move || worker.run(rx))
             .expect("spawning the engine thread");
-        SerialEngine { queue: tx, capacity, stopping, metrics }
+        BatchEngine { queue: tx, capacity, stopping, metrics }
     }
 }
 
-impl Engine for SerialEngine {
+impl Engine for BatchEngine {
     fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<Event>, SubmitError> {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(SubmitError::ShuttingDown);
@@ -142,99 +152,176 @@ impl Engine for SerialEngine {
     }
 }
 
+/// A request in the scheduler: where its text stands.
+struct Active {
+    job: Job,
+    utf8: Utf8Assembler,
+    stop: StopScanner,
+    tokens: usize,
+    last: Option<Instant>,
+}
+
 struct Worker {
-    model: LlmModel,
+    sched: BatchScheduler,
     tok: Arc<dyn LlmTokenizer>,
     metrics: Arc<Metrics>,
     stopping: Arc<AtomicBool>,
+    active: HashMap<RequestId, Active>,
+    /// Requests waiting inside the scheduler, as counted in the queue-depth gauge.
+    waiting_counted: usize,
 }
 
 impl Worker {
     fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        while let Some(job) = rx.blocking_recv() {
-            self.metrics.queued(-1);
-            if self.stopping.load(Ordering::SeqCst) {
-                let _ = job.events.send(Event::Error("the server is shutting down".into()));
-                self.metrics.cancelled();
-                continue;
+        loop {
+            if self.sched.is_idle() {
+                // Nothing to run: sleep until a request comes (or every sender is gone).
+                match rx.blocking_recv() {
+                    Some(job) => self.take(job),
+                    None => return,
+                }
             }
-            if job.events.is_closed() {
-                // The client left while the request waited.
-                self.metrics.cancelled();
-                continue;
+            // Take more only while a sequence row is free; the rest wait in the bounded queue.
+            while self.has_room() {
+                match rx.try_recv() {
+                    Ok(job) => self.take(job),
+                    Err(_) => break,
+                }
             }
-            self.metrics.running(1);
-            // A panic inside the model must cost this request only, not the server: the next
-            // prefill starts a fresh cache, so no state carries over.
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_job(&job)));
-            if r.is_err() {
-                let _ = job.events.send(Event::Error("the engine panicked on this request".into()));
-            }
-            self.metrics.running(-1);
+            self.cancel_gone();
+            self.step();
+            let st = self.sched.stats();
+            self.metrics.queued(st.waiting as i64 - self.waiting_counted as i64);
+            self.waiting_counted = st.waiting;
+            self.metrics.set_running(st.running);
+            self.metrics.kv_pages(st.pages_used, st.pages_total);
+            self.metrics.set_engine_counts(st.preemptions, st.steps);
         }
     }
 
-    fn run_job(&mut self, job: &Job) {
-        let req = &job.req;
-        let opts = GenerateOptions {
-            max_tokens: req.max_tokens,
-            sampler: req.sampler.clone(),
-            stop_tokens: req.stop_tokens.clone(),
-        };
-        self.metrics.prompt_tokens(req.prompt.len());
-        let (mut utf8, mut stop) = (Utf8Assembler::default(), StopScanner::new(req.stop.clone()));
-        let (mut hit_stop, mut cancelled, mut n) = (false, false, 0usize);
-        let mut last: Option<Instant> = None;
-        let (tok, metrics, stopping) = (&self.tok, &self.metrics, &self.stopping);
-        let r = generate(&mut self.model, &req.prompt, &opts, |t| {
-            let now = Instant::now();
-            match last {
-                None => metrics.time_to_first_token(now - job.submitted),
-                Some(l) => metrics.inter_token(now - l),
-            }
-            last = Some(now);
-            metrics.token();
-            n += 1;
-            if stopping.load(Ordering::SeqCst) || job.events.is_closed() {
-                cancelled = true;
-                return false;
-            }
-            let (out, stopped) = stop.push(&utf8.push(&tok.piece_bytes(t)));
-            if !out.is_empty() && job.events.send(Event::Text(out)).is_err() {
-                cancelled = true;
-                return false;
-            }
-            hit_stop = stopped;
-            !stopped
-        });
-        let stats = match r {
-            Err(e) => {
-                let _ = job.events.send(Event::Error(e.to_string()));
-                return;
-            }
-            Ok(s) => s,
-        };
-        if cancelled {
+    fn has_room(&self) -> bool {
+        let st = self.sched.stats();
+        st.running + st.waiting < self.sched.model().paged_config().max_seqs
+    }
+
+    /// Moves a job from the queue into the scheduler (it stays counted as queued until admitted).
+    fn take(&mut self, job: Job) {
+        self.metrics.queued(-1);
+        if self.stopping.load(Ordering::SeqCst) {
+            let _ = job.events.send(Event::Error("the server is shutting down".into()));
             self.metrics.cancelled();
-            if self.stopping.load(Ordering::SeqCst) {
-                let _ = job.events.send(Event::Error("cancelled: the server is shutting down".into()));
-            }
             return;
         }
-        if !hit_stop {
-            let tail = utf8.finish();
-            let (mut out, stopped) = stop.push(&tail);
-            hit_stop = stopped;
-            if !stopped {
-                out += &stop.finish();
+        if job.events.is_closed() {
+            // The client left while the request waited.
+            self.metrics.cancelled();
+            return;
+        }
+        let r = &job.req;
+        let req = BatchRequest {
+            prompt: r.prompt.clone(),
+            max_tokens: r.max_tokens,
+            sampler: r.sampler.clone(),
+            stop_tokens: r.stop_tokens.clone(),
+        };
+        match self.sched.submit(req) {
+            Err(e) => {
+                let _ = job.events.send(Event::Error(e.to_string()));
             }
-            if !out.is_empty() {
-                let _ = job.events.send(Event::Text(out));
+            Ok(id) => {
+                self.metrics.prompt_tokens(job.req.prompt.len());
+                self.metrics.queued(1);
+                self.waiting_counted += 1;
+                let stop = StopScanner::new(job.req.stop.clone());
+                self.active.insert(id, Active { job, utf8: Utf8Assembler::default(), stop, tokens: 0, last: None });
             }
         }
-        // Fewer tokens than asked without a stop string: a stop token ended it.
-        let finish =
-            if hit_stop || stats.tokens.len() < req.max_tokens { FinishReason::Stop } else { FinishReason::Length };
-        let _ = job.events.send(Event::Done { finish, prompt_tokens: req.prompt.len(), completion_tokens: n });
+    }
+
+    /// Cancels the requests whose client went away (their pages return at once), and all of
+    /// them when the server stops.
+    fn cancel_gone(&mut self) {
+        let stopping = self.stopping.load(Ordering::SeqCst);
+        let gone: Vec<RequestId> =
+            self.active.iter().filter(|(_, a)| stopping || a.job.events.is_closed()).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.sched.cancel(id);
+            if let Some(a) = self.active.remove(&id) {
+                self.metrics.cancelled();
+                if stopping {
+                    let _ = a.job.events.send(Event::Error("cancelled: the server is shutting down".into()));
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        // A panic inside the model must cost the running requests only, not the server: they are
+        // cancelled (their pages freed) and the next requests start fresh sequences.
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| self.sched.step()));
+        let events = match r {
+            Ok(Ok(ev)) => ev,
+            failed => {
+                let msg = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the engine panicked on this batch".into(),
+                };
+                for (id, a) in std::mem::take(&mut self.active) {
+                    self.sched.cancel(id);
+                    let _ = a.job.events.send(Event::Error(msg.clone()));
+                }
+                return;
+            }
+        };
+        for (id, ev) in events {
+            match ev {
+                BatchEvent::Token(t) => self.token(id, t),
+                BatchEvent::Finished { reason, prompt_tokens, .. } => {
+                    if let Some(mut a) = self.active.remove(&id) {
+                        let (tail, stopped) = a.stop.push(&a.utf8.finish());
+                        let mut out = tail;
+                        if !stopped {
+                            out += &a.stop.finish();
+                        }
+                        if !out.is_empty() {
+                            let _ = a.job.events.send(Event::Text(out));
+                        }
+                        let finish = if reason == BatchFinish::Length && !stopped {
+                            FinishReason::Length
+                        } else {
+                            FinishReason::Stop
+                        };
+                        let done = Event::Done { finish, prompt_tokens, completion_tokens: a.tokens };
+                        let _ = a.job.events.send(done);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Streams one token's text; a stop string ends the request here.
+    fn token(&mut self, id: RequestId, t: u32) {
+        let Some(a) = self.active.get_mut(&id) else { return };
+        let now = Instant::now();
+        match a.last {
+            None => self.metrics.time_to_first_token(now - a.job.submitted),
+            Some(l) => self.metrics.inter_token(now - l),
+        }
+        a.last = Some(now);
+        a.tokens += 1;
+        self.metrics.token();
+        let (out, stopped) = a.stop.push(&a.utf8.push(&self.tok.piece_bytes(t)));
+        if !out.is_empty() && a.job.events.send(Event::Text(out)).is_err() {
+            // The client left: cancelled before the next step.
+            return;
+        }
+        if stopped {
+            self.sched.cancel(id);
+            if let Some(a) = self.active.remove(&id) {
+                let prompt_tokens = a.job.req.prompt.len();
+                let done = Event::Done { finish: FinishReason::Stop, prompt_tokens, completion_tokens: a.tokens };
+                let _ = a.job.events.send(done);
+            }
+        }
     }
 }

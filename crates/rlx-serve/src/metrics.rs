@@ -49,6 +49,10 @@ pub struct Metrics {
     cancelled: AtomicU64,
     queued: AtomicU64,
     running: AtomicU64,
+    pages_used: AtomicU64,
+    pages_total: AtomicU64,
+    preemptions: AtomicU64,
+    steps: AtomicU64,
     ttft: Mutex<Histogram>,
     itl: Mutex<Histogram>,
 }
@@ -85,6 +89,24 @@ impl Metrics {
         add_signed(&self.running, delta);
     }
 
+    /// Sets the requests the engine is running.
+    pub fn set_running(&self, n: usize) {
+        self.running.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// Sets the KV-cache pages in use and in the pool.
+    pub fn kv_pages(&self, used: usize, total: usize) {
+        self.pages_used.store(used as u64, Ordering::Relaxed);
+        self.pages_total.store(total as u64, Ordering::Relaxed);
+    }
+
+    /// Sets the preemptions (sequences whose pages were taken back, recomputed later) and the
+    /// forward steps run so far.
+    pub fn set_engine_counts(&self, preemptions: u64, steps: u64) {
+        self.preemptions.store(preemptions, Ordering::Relaxed);
+        self.steps.store(steps, Ordering::Relaxed);
+    }
+
     /// The queue depth now.
     pub fn queue_depth(&self) -> u64 {
         self.queued.load(Ordering::Relaxed)
@@ -111,6 +133,12 @@ impl Metrics {
             ("rlx_prompt_tokens_total", "Prompt tokens prefilled.", &self.prompt_tokens),
             ("rlx_generated_tokens_total", "Tokens generated.", &self.generated_tokens),
             ("rlx_requests_cancelled_total", "Requests cancelled (client gone or shutdown).", &self.cancelled),
+            (
+                "rlx_preemptions_total",
+                "Sequences preempted for lack of KV pages (recomputed later).",
+                &self.preemptions,
+            ),
+            ("rlx_engine_steps_total", "Forward steps run (each covers every running request).", &self.steps),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
@@ -118,6 +146,8 @@ impl Metrics {
         let gauges = [
             ("rlx_queue_depth", "Requests waiting for the engine.", &self.queued),
             ("rlx_requests_running", "Requests the engine is running.", &self.running),
+            ("rlx_kv_pages_used", "KV-cache pages held by running sequences.", &self.pages_used),
+            ("rlx_kv_pages_total", "KV-cache pages in the pool.", &self.pages_total),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}", v.load(Ordering::Relaxed));

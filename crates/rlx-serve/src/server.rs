@@ -3,7 +3,7 @@
 
 use crate::api::{self, Prompt, Shape};
 use crate::chat::ChatFormat;
-use crate::engine::{Engine, Event, GenRequest, SerialEngine, SubmitError};
+use crate::engine::{BatchEngine, Engine, Event, GenRequest, SubmitError};
 use crate::error::{ApiError, ServeError};
 use crate::metrics::Metrics;
 use axum::Router;
@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rlx_driver::Device;
-use rlx_models::llm::LlmModel;
+use rlx_models::llm::{BatchScheduler, LlmModel, PagedConfig, PagedModel};
 use rlx_models::{LlmTokenizer, SamplerConfig, load_tokenizer};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -37,8 +37,16 @@ pub struct ServeConfig {
     pub port: u16,
     /// Context per request (prompt + generated); default: the model's, at most 4096.
     pub ctx: Option<usize>,
-    /// Sequences run together. The serial engine runs one; kept for the batched scheduler.
+    /// Sequences run together (rows of one forward step).
     pub max_batch: usize,
+    /// Tokens one step runs, all sequences together (decodes and prefill chunks).
+    pub max_step_tokens: usize,
+    /// Tokens per KV-cache page.
+    pub page_size: usize,
+    /// KV-cache pages in the pool; default: room for `max_batch` full contexts (or `kv_memory`).
+    pub kv_pages: Option<usize>,
+    /// Bytes of KV cache, when `kv_pages` is not given.
+    pub kv_memory: Option<u64>,
     /// Requests that may wait; beyond that a request gets 429.
     pub queue: usize,
     /// The device the model runs on.
@@ -48,19 +56,49 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// Defaults for `model`: 127.0.0.1:8080, the model's context, batch 1, a queue of 64, CPU.
+    /// Defaults for `model`: 127.0.0.1:8080, the model's context, 8 sequences per step, 256
+    /// tokens per step, 16-token pages for 8 full contexts, a queue of 64, CPU.
     pub fn new(model: impl Into<PathBuf>) -> Self {
         ServeConfig {
             model: model.into(),
             host: "127.0.0.1".into(),
             port: 8080,
             ctx: None,
-            max_batch: 1,
+            max_batch: 8,
+            max_step_tokens: 256,
+            page_size: 16,
+            kv_pages: None,
+            kv_memory: None,
             queue: 64,
             device: Device::Cpu,
             handle_signals: false,
         }
     }
+}
+
+/// The page pool from `--kv-pages`, else `--kv-memory`, else room for `max_batch` full contexts.
+fn paged_config(cfg: &ServeConfig, model: &LlmModel, ctx: usize) -> Result<PagedConfig, ServeError> {
+    let pages = match (cfg.kv_pages, cfg.kv_memory) {
+        (Some(n), _) => n,
+        (None, Some(bytes)) => PagedConfig::pages_for_bytes(model.config(), model.kv_dtype(), cfg.page_size, bytes),
+        (None, None) => cfg.max_batch * ctx.div_ceil(cfg.page_size) + 1,
+    };
+    let pc = PagedConfig {
+        page_size: cfg.page_size,
+        pages,
+        max_seqs: cfg.max_batch,
+        max_step_tokens: cfg.max_step_tokens,
+        max_ctx: ctx,
+    };
+    let need = ctx.div_ceil(cfg.page_size) + 1;
+    if pages < need {
+        return Err(ServeError::Config(format!(
+            "a KV cache of {pages} pages cannot hold one request of {ctx} tokens ({need} pages of {} tokens; \
+             raise --kv-pages / --kv-memory or lower --ctx)",
+            cfg.page_size
+        )));
+    }
+    Ok(pc)
 }
 
 /// What the handlers share.
@@ -92,8 +130,10 @@ pub struct Server {
 impl Server {
     /// Loads the model, binds the socket and serves on a background runtime.
     pub fn start(cfg: ServeConfig) -> Result<Server, ServeError> {
-        if cfg.max_batch == 0 || cfg.queue == 0 {
-            return Err(ServeError::Config("--max-batch and --queue must be at least 1".into()));
+        if cfg.max_batch == 0 || cfg.queue == 0 || cfg.max_step_tokens == 0 || cfg.page_size == 0 {
+            return Err(ServeError::Config(
+                "--max-batch, --max-step-tokens, --page-size and --queue must be at least 1".into(),
+            ));
         }
         // A `.gguf` file or a Hugging Face checkpoint folder.
         let tok: Arc<dyn LlmTokenizer> = Arc::from(load_tokenizer(&cfg.model)?);
@@ -104,12 +144,15 @@ impl Server {
         if ctx == 0 || ctx > model_ctx {
             return Err(ServeError::Config(format!("--ctx {ctx} must be in [1, {model_ctx}] (the model's context)")));
         }
-        let mut model = LlmModel::load(&cfg.model, cfg.device, ctx)?;
-        // Page the weights in and compile the decode graph now, not on the first request.
+        let model = LlmModel::load(&cfg.model, cfg.device, ctx)?;
+        // Page the weights in and compile every step bucket now, not on the first requests.
         model.warm_weights(|_, _| {});
-        model.prepare(1, 1)?;
+        let paged = paged_config(&cfg, &model, ctx)?;
+        let mut model = PagedModel::new(model, paged)?;
+        model.prepare(paged.max_step_tokens)?;
         let metrics = Arc::new(Metrics::default());
-        let engine: Arc<dyn Engine> = Arc::new(SerialEngine::start(model, tok.clone(), cfg.queue, metrics.clone()));
+        let sched = BatchScheduler::new(model);
+        let engine: Arc<dyn Engine> = Arc::new(BatchEngine::start(sched, tok.clone(), cfg.queue, metrics.clone()));
         let model_id = cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
         let state = Arc::new(AppState {
             engine,

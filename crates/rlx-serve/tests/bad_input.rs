@@ -86,6 +86,10 @@ fn a_client_that_leaves_mid_stream_does_not_stop_the_next_request() {
         assert_eq!(r.events().last(), Some(&json!("[DONE]")));
     }
     assert_eq!(request(addr, "GET", "/health", "").status, 200);
+    // Every page is back in the pool, the abandoned request's too (cancelled, or ended by a
+    // sampled end-of-text token before the hang-up was seen).
+    let m = request(addr, "GET", "/metrics", "").body;
+    assert!(m.contains("rlx_kv_pages_used 0"), "{m}");
     server.shutdown().unwrap();
 }
 
@@ -123,14 +127,17 @@ fn a_full_queue_answers_429_with_retry_after() {
 
 #[test]
 fn a_dropped_receiver_cancels_its_request_and_the_next_one_runs() {
+    use rlx_models::llm::{BatchScheduler, PagedConfig, PagedModel};
     use rlx_models::{GgufTokenizer, SamplerConfig};
-    use rlx_serve::{Engine, Event, GenRequest, SerialEngine};
+    use rlx_serve::{BatchEngine, Engine, Event, GenRequest};
     let path = common::fixture();
     let file = rlx_gguf::GgufFile::open(&path).unwrap();
     let tok = std::sync::Arc::new(GgufTokenizer::from_gguf(file.gguf(), "fixture").unwrap());
     let model = rlx_models::LlmModel::load(&path, rlx_driver::Device::Cpu, 256).unwrap();
+    // One sequence row: requests run one after the other.
+    let model = PagedModel::new(model, PagedConfig { max_seqs: 1, ..PagedConfig::full(1, 256) }).unwrap();
     let metrics = std::sync::Arc::new(rlx_serve::metrics::Metrics::default());
-    let engine = SerialEngine::start(model, tok.clone(), 4, metrics.clone());
+    let engine = BatchEngine::start(BatchScheduler::new(model), tok.clone(), 4, metrics.clone());
     let req = |max_tokens| GenRequest {
         prompt: tok.encode("hello world").unwrap(),
         max_tokens,

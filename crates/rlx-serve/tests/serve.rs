@@ -111,6 +111,17 @@ fn concurrent_clients_get_the_librarys_greedy_tokens() {
     assert!(m.contains("rlx_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 16"), "{m}");
     assert!(m.contains("rlx_time_to_first_token_seconds_count 32"), "{m}");
     assert!(m.contains("rlx_queue_depth 0"), "{m}");
+    // Every page is back in the pool; requests ran side by side (8 rows by default).
+    assert!(m.contains("rlx_kv_pages_used 0"), "{m}");
+    assert!(m.contains("rlx_requests_running 0"), "{m}");
+    // Batched: far fewer forward steps than tokens generated (serially there would be one per token).
+    let count = |name: &str| -> u64 {
+        let line = m.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (steps, tokens) = (count("rlx_engine_steps_total "), count("rlx_generated_tokens_total "));
+    eprintln!("32 requests: {tokens} tokens in {steps} steps");
+    assert!(steps * 2 < tokens, "{steps} steps for {tokens} tokens");
     let models = request(addr, "GET", "/v1/models", "").json();
     assert_eq!(models["data"][0]["id"], json!("qwen3-f16"));
     server.shutdown().unwrap();

@@ -148,7 +148,11 @@ impl BatchScheduler {
         }
         // The last token is sampled, never cached: prompt + max_tokens - 1 positions.
         if req.prompt.len() + req.max_tokens > ctx + 1 {
-            return err(format!("{} prompt tokens + {} new tokens exceed the context of {ctx}", req.prompt.len(), req.max_tokens));
+            return err(format!(
+                "{} prompt tokens + {} new tokens exceed the context of {ctx}",
+                req.prompt.len(),
+                req.max_tokens
+            ));
         }
         let vocab = self.model.config().vocab_size;
         if let Some(bad) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
