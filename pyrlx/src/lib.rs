@@ -8,6 +8,7 @@ mod convert;
 mod errors;
 mod graph;
 mod llm;
+mod llm_batch;
 mod models;
 mod session;
 mod transforms;

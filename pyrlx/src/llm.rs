@@ -34,6 +34,7 @@ pub struct PyLlm {
     kv_dtype: Option<rlx::ir::DType>,
     quantize: Option<rlx::gguf::GgmlType>,
     slot: Mutex<Slot>,
+    batch: Mutex<Option<crate::llm_batch::BatchSlot>>,
 }
 
 /// The model in `path` with `ctx` cache slots, its cache in `kv_dtype` (else the device's default),
@@ -63,14 +64,46 @@ impl PyLlm {
             .collect()
     }
 
+    /// The context a load for `need` tokens gets: the fixed `ctx`, else the next power of two
+    /// (at least 256, at most the model's).
+    pub(crate) fn ctx_for(&self, need: usize) -> usize {
+        self.fixed_ctx.unwrap_or_else(|| need.next_power_of_two().max(256).min(self.context_length).max(need))
+    }
+
+    /// A fresh model with `ctx` cache slots, as this one was loaded.
+    pub(crate) fn load_model(&self, ctx: usize) -> rlx::ir::Result<LlmModel> {
+        load(&self.path, self.device, ctx, self.kv_dtype, self.quantize)
+    }
+
+    /// The text of checked token ids.
+    pub(crate) fn detokenize_ids(&self, ids: &[u32]) -> String {
+        self.tok.decode(ids)
+    }
+
+    /// A prompt (text, or a list of token ids) as checked, non-empty token ids.
+    pub(crate) fn prompt_ids(&self, prompt: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let ids = match prompt.extract::<String>() {
+            Ok(text) => self.tokenize(&text)?,
+            Err(_) => self.ids(
+                prompt
+                    .extract::<Vec<i64>>()
+                    .map_err(|_| PyValueError::new_err("prompt must be a str or a list of token ids"))?,
+            )?,
+        };
+        if ids.is_empty() {
+            return Err(PyValueError::new_err("the prompt is empty: give at least one token"));
+        }
+        Ok(ids)
+    }
+
     /// Makes sure the cache holds `need` tokens, reloading the model with a larger context
     /// (next power of two, at least 256, at most the model's) when it does not.
     fn ensure_ctx(&self, slot: &mut Slot, need: usize) -> PyResult<()> {
         if need <= slot.model.max_ctx() {
             return Ok(());
         }
-        let ctx = need.next_power_of_two().max(256).min(self.context_length).max(need);
-        slot.model = guard("LLM", || load(&self.path, self.device, ctx, self.kv_dtype, self.quantize).py())?;
+        let ctx = self.ctx_for(need);
+        slot.model = guard("LLM", || self.load_model(ctx).py())?;
         Ok(())
     }
 }
@@ -140,7 +173,18 @@ impl PyLlm {
             return Err(PyValueError::new_err(format!("ctx {c} exceeds the model's context length {context_length}")));
         }
         let slot = Mutex::new(Slot { model, run: 0 });
-        Ok(PyLlm { path, device: d, tok, vocab, context_length, fixed_ctx, kv_dtype, quantize, slot })
+        Ok(PyLlm {
+            path,
+            device: d,
+            tok,
+            vocab,
+            context_length,
+            fixed_ctx,
+            kv_dtype,
+            quantize,
+            slot,
+            batch: Mutex::new(None),
+        })
     }
 
     /// The number of token ids.
@@ -195,34 +239,8 @@ impl PyLlm {
     ) -> PyResult<PyGeneration> {
         let me = slf.get();
         let bad = |m: String| Err(PyValueError::new_err(m));
-        let prompt_ids = match prompt.extract::<String>() {
-            Ok(text) => me.tokenize(&text)?,
-            Err(_) => me.ids(
-                prompt
-                    .extract::<Vec<i64>>()
-                    .map_err(|_| PyValueError::new_err("prompt must be a str or a list of token ids"))?,
-            )?,
-        };
-        if prompt_ids.is_empty() {
-            return bad("the prompt is empty: give at least one token".into());
-        }
-        if max_tokens < 0 {
-            return bad(format!("max_tokens must be >= 0, got {max_tokens}"));
-        }
-        if seed < 0 {
-            return bad(format!("seed must be >= 0, got {seed}"));
-        }
-        if top_k.is_some_and(|k| k < 0) {
-            return bad(format!("top_k must be >= 0, got {}", top_k.unwrap_or(0)));
-        }
-        let cfg = SamplerConfig {
-            temperature: temperature as f32,
-            top_k: top_k.unwrap_or(0) as usize,
-            top_p: top_p.unwrap_or(1.0) as f32,
-            repetition_penalty: repeat_penalty.unwrap_or(1.0) as f32,
-            repeat_last_n: 64,
-            seed: seed as u64,
-        };
+        let prompt_ids = me.prompt_ids(prompt)?;
+        let cfg = sampler_config(max_tokens, temperature, top_k, top_p, repeat_penalty, seed)?;
         let sampler = Sampler::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let max_tokens = max_tokens as usize;
         let need = prompt_ids.len() + max_tokens;
@@ -274,6 +292,102 @@ impl PyLlm {
             done: false,
         })
     }
+
+    /// Generates from every prompt at once (continuous batching over a paged KV cache: up to
+    /// `max_batch` sequences per forward step, new ones joining as others finish) and returns,
+    /// per prompt, a dict with `text`, `tokens` and `finish_reason`. Sequence `i` samples with
+    /// seed `seed + i`; greedy results equal `generate`'s. `stop` takes token ids here (stop
+    /// strings need `generate`, which streams).
+    #[pyo3(signature = (prompts, max_tokens = 256, temperature = 0.0, top_k = None, top_p = None,
+        repeat_penalty = None, seed = 0, stop = None, ignore_eos = false, max_batch = 8))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate_batch<'py>(
+        &self,
+        py: Python<'py>,
+        prompts: Vec<Bound<'py, PyAny>>,
+        max_tokens: i64,
+        temperature: f64,
+        top_k: Option<i64>,
+        top_p: Option<f64>,
+        repeat_penalty: Option<f64>,
+        seed: i64,
+        stop: Option<Vec<i64>>,
+        ignore_eos: bool,
+        max_batch: i64,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        let ids = prompts.iter().map(|p| self.prompt_ids(p)).collect::<PyResult<Vec<_>>>()?;
+        let cfg = sampler_config(max_tokens, temperature, top_k, top_p, repeat_penalty, seed)?;
+        if max_batch < 1 {
+            return Err(PyValueError::new_err(format!("max_batch must be >= 1, got {max_batch}")));
+        }
+        let max_tokens = max_tokens as usize;
+        let limit = self.fixed_ctx.unwrap_or(self.context_length);
+        if let Some(p) = ids.iter().find(|p| p.len() + max_tokens > limit) {
+            return Err(PyValueError::new_err(format!(
+                "{} prompt tokens + {max_tokens} new tokens exceed the context of {limit}",
+                p.len()
+            )));
+        }
+        let mut stop_tokens = self.ids(stop.unwrap_or_default())?;
+        if !ignore_eos {
+            stop_tokens.extend(self.tok.stop_tokens());
+        }
+        if max_tokens == 0 || ids.is_empty() {
+            let empty = ids.iter().map(|_| (String::new(), vec![], "length")).collect::<Vec<_>>();
+            return empty.into_iter().map(|r| result_dict(py, r)).collect();
+        }
+        let out = py.detach(|| {
+            guard("generate_batch", || {
+                let mut slot =
+                    self.batch.lock().map_err(|_| PyRuntimeError::new_err("the model's lock is poisoned"))?;
+                crate::llm_batch::run(self, &mut slot, &ids, max_tokens, &cfg, &stop_tokens, max_batch as usize).py()
+            })
+        })?;
+        out.into_iter().map(|r| result_dict(py, r)).collect()
+    }
+}
+
+/// Sampling settings from `generate`'s arguments, checked.
+pub(crate) fn sampler_config(
+    max_tokens: i64,
+    temperature: f64,
+    top_k: Option<i64>,
+    top_p: Option<f64>,
+    repeat_penalty: Option<f64>,
+    seed: i64,
+) -> PyResult<SamplerConfig> {
+    let bad = |m: String| Err(PyValueError::new_err(m));
+    if max_tokens < 0 {
+        return bad(format!("max_tokens must be >= 0, got {max_tokens}"));
+    }
+    if seed < 0 {
+        return bad(format!("seed must be >= 0, got {seed}"));
+    }
+    if top_k.is_some_and(|k| k < 0) {
+        return bad(format!("top_k must be >= 0, got {}", top_k.unwrap_or(0)));
+    }
+    let cfg = SamplerConfig {
+        temperature: temperature as f32,
+        top_k: top_k.unwrap_or(0) as usize,
+        top_p: top_p.unwrap_or(1.0) as f32,
+        repetition_penalty: repeat_penalty.unwrap_or(1.0) as f32,
+        repeat_last_n: 64,
+        seed: seed as u64,
+    };
+    cfg.validate().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// `{"text", "tokens", "finish_reason"}` of one batch result.
+fn result_dict(
+    py: Python<'_>,
+    (text, tokens, finish): crate::llm_batch::BatchResult,
+) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("text", text)?;
+    d.set_item("tokens", tokens)?;
+    d.set_item("finish_reason", finish)?;
+    Ok(d)
 }
 
 /// Sets the CPU pool size through `RLX_NUM_THREADS`; an error if the pool already runs another.

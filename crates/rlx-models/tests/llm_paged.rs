@@ -115,7 +115,9 @@ fn continuous_batching_gives_the_tokens_of_one_prompt_at_a_time() {
         let pc = PagedConfig { page_size: 4, pages: 11, max_seqs: 3, max_step_tokens: 8, max_ctx: 32 };
         let mut sched = BatchScheduler::new(PagedModel::new(model(file, 32, DType::F16), pc).unwrap());
         let got = generate_paged(&mut sched, &prompts, 12, &greedy, &[]).unwrap();
-        assert_eq!(got, want, "{file}");
+        let tokens: Vec<Vec<u32>> = got.iter().map(|(t, _)| t.clone()).collect();
+        assert_eq!(tokens, want, "{file}");
+        assert!(got.iter().all(|(_, f)| *f == rlx_models::llm::BatchFinish::Length));
         let st = sched.stats();
         assert_eq!((st.running, st.waiting, st.pages_used), (0, 0, 0), "{file}: {st:?}");
         assert!(st.preemptions > 0, "{file}: the small pool preempts ({st:?})");

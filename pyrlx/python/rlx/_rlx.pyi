@@ -242,6 +242,19 @@ class LLM:
         stop: str | Sequence[str | int] | None = ...,
         ignore_eos: bool = ...,
     ) -> Generation: ...
+    def generate_batch(
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        max_tokens: int = ...,
+        temperature: float = ...,
+        top_k: int | None = ...,
+        top_p: float | None = ...,
+        repeat_penalty: float | None = ...,
+        seed: int = ...,
+        stop: Sequence[int] | None = ...,
+        ignore_eos: bool = ...,
+        max_batch: int = ...,
+    ) -> list[dict[str, Any]]: ...
 
 class Generation:
     """A running generation: an iterator of text pieces."""

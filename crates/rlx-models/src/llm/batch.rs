@@ -299,14 +299,15 @@ fn finished(s: &Seq, reason: BatchFinish) -> BatchEvent {
 }
 
 /// Generates from every prompt with continuous batching and returns each one's tokens (stop
-/// token excluded); sequence `i` samples with seed `sampler.seed + i`, as `generate_batch`.
+/// token excluded) and why it ended; sequence `i` samples with seed `sampler.seed + i`, as
+/// `generate_batch`.
 pub fn generate_paged(
     sched: &mut BatchScheduler,
     prompts: &[Vec<u32>],
     max_tokens: usize,
     sampler: &SamplerConfig,
     stop_tokens: &[u32],
-) -> Result<Vec<Vec<u32>>> {
+) -> Result<Vec<(Vec<u32>, BatchFinish)>> {
     let mut ids = Vec::with_capacity(prompts.len());
     for (i, p) in prompts.iter().enumerate() {
         let sampler = SamplerConfig { seed: sampler.seed.wrapping_add(i as u64), ..sampler.clone() };
@@ -319,7 +320,7 @@ pub fn generate_paged(
             }
         }
     }
-    let mut out = vec![vec![]; prompts.len()];
+    let mut out = vec![(vec![], BatchFinish::Length); prompts.len()];
     let mut left = prompts.len();
     while left > 0 {
         let events = match sched.step() {
@@ -332,8 +333,11 @@ pub fn generate_paged(
         for (id, ev) in events {
             let Some(i) = ids.iter().position(|&x| x == id) else { continue };
             match ev {
-                BatchEvent::Token(t) => out[i].push(t),
-                BatchEvent::Finished { .. } => left -= 1,
+                BatchEvent::Token(t) => out[i].0.push(t),
+                BatchEvent::Finished { reason, .. } => {
+                    out[i].1 = reason;
+                    left -= 1;
+                }
             }
         }
     }
