@@ -249,11 +249,12 @@ impl OpDef for PagedAttention {
         let qdt = g.nodes()[ins[0].index()].ty.dtype;
         let pdt = g.nodes()[ins[5].index()].ty.dtype;
         let tables = g.gather(ins[3], ins[4], 0);
+        // Widened before the gather: backends without a paged kernel may gather only 32-bit words.
         let gather_cache = |g: &mut Graph, pages: NodeId, w: usize| {
+            let pages = if g.nodes()[pages.index()].ty.dtype == qdt { pages } else { g.cast(pages, qdt) };
             let c = g.gather(pages, tables, 0);
             let c = g.transpose(c, &[0, 2, 1, 3, 4]);
-            let c = g.reshape(c, &[nt, kvh, nb * ps, w]);
-            if g.nodes()[c.index()].ty.dtype == qdt { c } else { g.cast(c, qdt) }
+            g.reshape(c, &[nt, kvh, nb * ps, w])
         };
         let k = gather_cache(g, ins[1], d);
         let v = gather_cache(g, ins[2], dv);
