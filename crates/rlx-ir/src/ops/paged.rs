@@ -101,12 +101,15 @@ impl OpDef for PagedKvWrite {
         let iota = g.reshape(iota, &[rows, 1]);
         let slots = g.reshape(ins[2], &[1, t]);
         let hit = g.eq(iota, slots);
-        let onehot = g.cast(hit, DType::F32);
+        // One term per row, so the product is the new value itself when it runs in the pool's
+        // precision: f64 for f64 pools, else f32.
+        let cd = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+        let onehot = g.cast(hit, cd);
         let any = g.sum(onehot, &[1], true);
-        let zero = g.full(Shape::new(&[1, 1], DType::F32), 0.0);
+        let zero = g.full(Shape::new(&[1, 1], cd), 0.0);
         let any = g.gt(any, zero);
         let new = g.reshape(ins[1], &[t, width]);
-        let new = g.cast(new, DType::F32);
+        let new = g.cast(new, cd);
         let placed = g.matmul(onehot, new);
         let placed = g.cast(placed, dt);
         let any = g.broadcast_to(any, &[rows, width]);
