@@ -84,9 +84,13 @@ pub fn smlad(a: u32, b: u32, acc: i32) -> i32 {
 /// Whether this build runs the DSP instructions (true) or their portable emulation.
 pub const HAS_DSP: bool = cfg!(all(target_arch = "arm", target_feature = "dsp"));
 
+/// Four int8 values as one little-endian word: one (unaligned) `LDR` on ARMv7-M.
 #[inline(always)]
-fn read4(s: &[i8], i: usize) -> u32 {
-    u32::from_le_bytes([s[i] as u8, s[i + 1] as u8, s[i + 2] as u8, s[i + 3] as u8])
+fn read4(c: &[i8]) -> u32 {
+    debug_assert_eq!(c.len(), 4);
+    // SAFETY: every caller passes a `chunks_exact(4)` chunk, so four bytes are readable;
+    // `read_unaligned` has no alignment requirement.
+    u32::from_le(unsafe { core::ptr::read_unaligned(c.as_ptr() as *const u32) })
 }
 
 /// `sum(w[i] * (x[i] + offset))` four elements per step with `SXTB16` and `SMLAD`: `x + offset`
@@ -97,18 +101,18 @@ pub fn dot_s8_packed(w: &[i8], x: &[i8], offset: i32) -> i32 {
     let n = w.len().min(x.len());
     let off = ((offset as u16 as u32) << 16) | offset as u16 as u32;
     let mut acc = 0i32;
-    let mut i = 0;
-    while i + 4 <= n {
-        let (wv, xv) = (read4(w, i), read4(x, i));
+    // Exact chunks: no bounds check and one word load per four values.
+    let (wc, xc) = (w[..n].chunks_exact(4), x[..n].chunks_exact(4));
+    let (wr, xr) = (wc.remainder(), xc.remainder());
+    for (a, b) in wc.zip(xc) {
+        let (wv, xv) = (read4(a), read4(b));
         let (w02, w13) = (sxtb16(wv), sxtb16_ror8(wv));
         let (x02, x13) = (sadd16(sxtb16(xv), off), sadd16(sxtb16_ror8(xv), off));
         acc = smlad(w02, x02, acc);
         acc = smlad(w13, x13, acc);
-        i += 4;
     }
-    while i < n {
-        acc = acc.wrapping_add(w[i] as i32 * (x[i] as i32 + offset));
-        i += 1;
+    for (&a, &b) in wr.iter().zip(xr) {
+        acc = acc.wrapping_add(a as i32 * (b as i32 + offset));
     }
     acc
 }
@@ -119,11 +123,12 @@ pub fn dot_s8_portable(w: &[i8], x: &[i8], offset: i32) -> i32 {
     w.iter().zip(x).fold(0i32, |acc, (&a, &b)| acc.wrapping_add(a as i32 * (b as i32 + offset)))
 }
 
-/// The dot product the kernels call: the packed DSP form where the target has the extension,
-/// the scalar loop elsewhere (the emulated packed form would only be slower there).
+/// The dot product the kernels call: the packed DSP form where the target has the extension
+/// and the run holds at least one word, the scalar loop elsewhere (the emulated packed form
+/// would only be slower there, and a run under four values has nothing to pack).
 #[inline(always)]
 pub fn dot_s8(w: &[i8], x: &[i8], offset: i32) -> i32 {
-    if HAS_DSP { dot_s8_packed(w, x, offset) } else { dot_s8_portable(w, x, offset) }
+    if HAS_DSP && w.len() >= 4 { dot_s8_packed(w, x, offset) } else { dot_s8_portable(w, x, offset) }
 }
 
 #[cfg(test)]

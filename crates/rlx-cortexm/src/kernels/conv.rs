@@ -70,6 +70,10 @@ pub struct ConvParams<'a> {
     pub out: OutQuant,
 }
 
+/// The largest window (`kh * kw * in_c`) gathered on the stack; larger windows take the
+/// row-by-row path, which needs no buffer.
+pub const IM2COL: usize = 512;
+
 /// Runs a conv2d.
 pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) -> Result<(), Error> {
     const OP: &str = "conv2d";
@@ -83,6 +87,50 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) -> Result<(), Err
     if !p.requant.fits(o.c) {
         return Err(Error::Shape { op: OP, what: "requant", expected: o.c, got: p.requant.channels() });
     }
+    let k = kh * kw * i.c;
+    if k <= IM2COL {
+        // The window of one output pixel gathered once (CMSIS-NN's im2col), padding taps as the
+        // input zero point so that `x + offset` is 0 there, then one dot product of the whole
+        // window per output channel: OHWI weights hold each channel's window contiguously.
+        let mut col = [0i8; IM2COL];
+        let zp = (-p.input_offset).clamp(-128, 127) as i8;
+        for n in 0..o.n {
+            for oy in 0..o.h {
+                for ox in 0..o.w {
+                    let mut at = 0;
+                    for ky in 0..kh {
+                        let iy = tap(oy, ky, win.stride[0], win.dilation[0], win.pad[0], i.h);
+                        for kx in 0..kw {
+                            let ix = tap(ox, kx, win.stride[1], win.dilation[1], win.pad[1], i.w);
+                            let dst = &mut col[at..at + i.c];
+                            match (iy, ix) {
+                                (Some(iy), Some(ix)) => dst.copy_from_slice(&input[i.at(n, iy, ix, 0)..][..i.c]),
+                                _ => dst.fill(zp),
+                            }
+                            at += i.c;
+                        }
+                    }
+                    let col = &col[..k];
+                    let out = &mut output[o.at(n, oy, ox, 0)..][..o.c];
+                    for (oc, (y, ws)) in out.iter_mut().zip(p.weights.chunks_exact(k)).enumerate() {
+                        let acc = p.bias[oc].wrapping_add(dot_s8(ws, col, p.input_offset));
+                        let (m, s) = p.requant.at(oc);
+                        *y = p.out.finish(requantize(acc, m, s));
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    conv2d_rows(p, input, output);
+    Ok(())
+}
+
+/// The conv2d path without a buffer: one dot product per kernel row when undilated (adjacent
+/// taps are one contiguous run in NHWC / OHWI), else per tap. Lengths are checked by `conv2d`.
+fn conv2d_rows(p: &ConvParams, input: &[i8], output: &mut [i8]) {
+    let (i, o, win) = (p.input, p.output, p.window);
+    let [kh, kw] = win.kernel;
     for n in 0..o.n {
         for oy in 0..o.h {
             for ox in 0..o.w {
@@ -90,6 +138,21 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) -> Result<(), Err
                     let mut acc = p.bias[oc];
                     for ky in 0..kh {
                         let Some(iy) = tap(oy, ky, win.stride[0], win.dilation[0], win.pad[0], i.h) else { continue };
+                        if win.dilation[1] == 1 {
+                            // Undilated, the in-bounds taps of a kernel row are adjacent pixels, and
+                            // NHWC / OHWI make their channels one contiguous run in both tensors:
+                            // one dot product per row (the sum is exact in any grouping).
+                            let x0 = (ox * win.stride[1]) as isize - win.pad[1] as isize;
+                            let kx0 = (-x0).max(0) as usize;
+                            let kx1 = (i.w as isize - x0).clamp(0, kw as isize) as usize;
+                            if kx0 < kx1 {
+                                let len = (kx1 - kx0) * i.c;
+                                let xs = &input[i.at(n, iy, (x0 + kx0 as isize) as usize, 0)..][..len];
+                                let ws = &p.weights[((oc * kh + ky) * kw + kx0) * i.c..][..len];
+                                acc = acc.wrapping_add(dot_s8(ws, xs, p.input_offset));
+                            }
+                            continue;
+                        }
                         for kx in 0..kw {
                             let Some(ix) = tap(ox, kx, win.stride[1], win.dilation[1], win.pad[1], i.w) else {
                                 continue;
@@ -106,7 +169,6 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) -> Result<(), Err
             }
         }
     }
-    Ok(())
 }
 
 /// A depthwise 2-D convolution: output channel `ic * multiplier + m` reads input channel `ic`.
@@ -174,4 +236,40 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) ->
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_row_path_equals_the_im2col_path() {
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 24) as u8 as i8
+        };
+        for dilation in [1, 2] {
+            let (input, output) = (Nhwc::new(1, 7, 6, 5), Nhwc::new(1, 4, 3, 3));
+            let window = Window { kernel: [3, 3], stride: [2, 2], dilation: [dilation; 2], pad: [1, 1] };
+            let w: [i8; 3 * 3 * 3 * 5] = core::array::from_fn(|_| next());
+            let x: [i8; 7 * 6 * 5] = core::array::from_fn(|_| next());
+            let (m, s) = ([1 << 30, 1 << 29, 3 << 28], [-3, -4, -5]);
+            let p = ConvParams {
+                input,
+                output,
+                window,
+                weights: &w,
+                bias: &[100, -50, 7],
+                input_offset: 17,
+                requant: Requant { multiplier: &m, shift: &s },
+                out: OutQuant::none(-3),
+            };
+            let (mut a, mut b) = ([0i8; 36], [0i8; 36]);
+            conv2d(&p, &x, &mut a).unwrap();
+            conv2d_rows(&p, &x, &mut b);
+            assert_eq!(a, b, "dilation {dilation}");
+            assert!(a.iter().any(|&v| v != a[0]));
+        }
+    }
 }
