@@ -44,6 +44,12 @@ pub enum ExportError {
         /// The budget.
         budget: usize,
     },
+    /// The graph reads a param the checkpoint lacks.
+    #[error("param `{name}` is not in the checkpoint")]
+    MissingParam {
+        /// The param's name.
+        name: String,
+    },
     /// The checkpoint is not a quantized graph this exporter reads.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {

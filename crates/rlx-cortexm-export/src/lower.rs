@@ -153,10 +153,9 @@ impl Lowering<'_> {
         }
         Ok(match &n.op {
             Op::Input(_) => Val::Float,
-            Op::Param(p) => Val::Const(self.params.get(&p.name).cloned().ok_or_else(|| ExportError::Checkpoint {
-                path: String::new(),
-                reason: format!("param `{}` is not in the checkpoint", p.name),
-            })?),
+            Op::Param(p) => Val::Const(
+                self.params.get(&p.name).cloned().ok_or_else(|| ExportError::MissingParam { name: p.name.clone() })?,
+            ),
             Op::Constant(c) => Val::Const(c.value.clone()),
             Op::Full(_) | Op::Arange(_) => Val::Const(n.op.def().reference(&[], &n.ty)?),
             Op::FakeQuant(fq) => self.fake_quant(id, n, fq)?,

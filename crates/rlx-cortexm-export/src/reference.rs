@@ -170,10 +170,11 @@ pub fn graph(q: &QModel, batch: usize) -> Result<Graph> {
                 avg_pool(&mut g, x, ti.nhwc(), to.nhwc(), *kernel, *stride, *pad)?
             }
             QOp::Softmax { .. } => {
-                return Err(ExportError::UnsupportedOp {
-                    op: "softmax".into(),
+                return Err(ExportError::Scheme {
                     node: l.node.clone(),
-                    supported: "the INT8 reference graph: fully_connected, conv2d, depthwise_conv2d, max_pool2d, avg_pool2d",
+                    reason: "softmax has no INT8 reference graph (its kernel is checked against TFLite Micro's \
+                             fixtures instead); export without a test set, or end the model at the logits"
+                        .into(),
                 });
             }
         };

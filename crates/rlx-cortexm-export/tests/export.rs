@@ -237,3 +237,20 @@ fn bad_input_is_a_typed_error_naming_the_op_or_budget() {
     let e = err(&g, &missing, &ok);
     assert!(e.to_string().contains("param `fc.b` is not in the checkpoint"), "{e}");
 }
+
+#[test]
+fn a_short_qat_run_saves_a_checkpoint_that_exports() {
+    use rlx_cortexm_export::digits::{self, Arch};
+    // One float epoch and one QAT epoch: the pipeline, not the accuracy.
+    let t = digits::train_qat(Arch::Mlp, 1, 1).unwrap();
+    assert_eq!(t.ranges.len(), 3, "input, hidden and logits ranges");
+    let dir = std::env::temp_dir().join(format!("rlx-cortexm-qat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("mlp.safetensors");
+    digits::save(&t, &ckpt).unwrap();
+    let r = export(&ckpt, &dir, &ExportOptions { testset: Some(TestSet::Digits), ..Default::default() }).unwrap();
+    let c = r.host_check.unwrap();
+    assert_eq!(c.bit_identical, c.samples);
+    assert!(c.accuracy > 50.0, "{:.2}% after two epochs", c.accuracy);
+    std::fs::remove_dir_all(&dir).ok();
+}
