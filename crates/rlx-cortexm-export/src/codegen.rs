@@ -107,6 +107,19 @@ pub fn model_source(q: &QModel, plan: &Plan, origin: &str) -> String {
                 "Op::Softmax(SoftmaxParams {{ rows: {}, depth: {}, input_multiplier: {}, input_left_shift: {}, diff_min: {} }})",
                 p.rows, p.depth, p.input_multiplier, p.input_left_shift, p.diff_min
             ),
+            Op::Add(p) => format!(
+                "Op::Add(AddParams {{ left_shift: {}, input1_offset: {}, input1_multiplier: {}, input1_shift: {}, input2_offset: {}, input2_multiplier: {}, input2_shift: {}, output_multiplier: {}, output_shift: {}, out: {} }})",
+                p.left_shift,
+                p.input1_offset,
+                p.input1_multiplier,
+                p.input1_shift,
+                p.input2_offset,
+                p.input2_multiplier,
+                p.input2_shift,
+                p.output_multiplier,
+                p.output_shift,
+                outq(p.out)
+            ),
             other => unreachable!("the exporter emits no {} layer", other.name()),
         };
         table.push(format!(

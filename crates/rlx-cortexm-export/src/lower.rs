@@ -59,6 +59,8 @@ enum Val {
     Act { tensor: usize, nchw: Option<[usize; 3]> },
     /// An int32 accumulator.
     Acc(Box<Pending>),
+    /// The sum of two int8 tensors awaiting an activation and its output quantization.
+    Sum { a: usize, b: usize, act: Activation, node: NodeId },
 }
 
 fn unsupported(n: &rlx_ir::Node, id: NodeId) -> ExportError {
@@ -217,7 +219,18 @@ impl Lowering<'_> {
             Op::Binary(b) if b.kind == rlx_ir::ops::BinaryKind::Add => {
                 let (a, c) = match (ins[0], ins[1]) {
                     (Val::Acc(p), Val::Const(t)) | (Val::Const(t), Val::Acc(p)) => (p, t),
-                    _ => return Err(unsupported(n, id)),
+                    (Val::Act { tensor: x, .. }, Val::Act { tensor: y, .. }) => {
+                        let (dx, dy) = (&self.model.tensors[*x].dims, &self.model.tensors[*y].dims);
+                        if dx != dy {
+                            return Err(scheme(id, format!("add of {dx:?} and {dy:?} (no broadcasting kernel)")));
+                        }
+                        return Ok(Val::Sum { a: *x, b: *y, act: Activation::None, node: id });
+                    }
+                    (Val::Acc(_), Val::Acc(_) | Val::Act { .. }) | (Val::Act { .. }, Val::Acc(_)) => {
+                        return Err(scheme(id, "add of an int32 accumulator: quantize each side first"));
+                    }
+                    (Val::Float | Val::Weight(_), _) => return Err(self.unquantized(n.inputs[0], "add")),
+                    _ => return Err(self.unquantized(n.inputs[1], "add")),
                 };
                 if a.bias.is_some() || a.act != Activation::None {
                     return Err(scheme(id, "a second bias add, or a bias after the activation"));
@@ -236,6 +249,9 @@ impl Lowering<'_> {
                     let mut p = (**a).clone();
                     p.act = Activation::Relu;
                     Val::Acc(Box::new(p))
+                }
+                Val::Sum { a, b, act: Activation::None, node } => {
+                    Val::Sum { a: *a, b: *b, act: Activation::Relu, node: *node }
                 }
                 Val::Act { .. } | Val::Acc(_) => {
                     return Err(scheme(id, "relu is fused into a preceding matmul / conv2d only"));
@@ -274,6 +290,7 @@ impl Lowering<'_> {
                 self.model.layers.push(QLayer {
                     op: QOp::Softmax { beta: 1.0 },
                     input,
+                    input2: None,
                     output: out,
                     node: id.to_string(),
                 });
@@ -299,7 +316,7 @@ impl Lowering<'_> {
         let (input, _) = self.act_input(n.inputs[0], op.name())?;
         let t = self.model.tensors[input].clone();
         let out = self.tensor(QTensor { dims: nhwc_dims(&n.ty.fixed_dims().unwrap_or_default()), alias_of: None, ..t });
-        self.model.layers.push(QLayer { op, input, output: out, node: id.to_string() });
+        self.model.layers.push(QLayer { op, input, input2: None, output: out, node: id.to_string() });
         Ok(Val::Act { tensor: out, nchw: None })
     }
 
@@ -358,6 +375,20 @@ impl Lowering<'_> {
                 }
                 Ok(Val::Act { tensor: *tensor, nchw: *nchw })
             }
+            Val::Sum { a, b, act, node } => {
+                let (scale, zp) = act_quant(id, fq, &s, &z)?;
+                let (a, b, act, node) = (*a, *b, *act, *node);
+                let dims = self.model.tensors[a].dims.clone();
+                let out = self.tensor(QTensor { dims, scale, zero_point: zp, alias_of: None });
+                self.model.layers.push(QLayer {
+                    op: QOp::Add { act },
+                    input: a,
+                    input2: Some(b),
+                    output: out,
+                    node: node.to_string(),
+                });
+                Ok(Val::Act { tensor: out, nchw: None })
+            }
             Val::Weight(_) => Err(scheme(id, "fake_quant of a weight already quantized")),
         }
     }
@@ -415,7 +446,7 @@ impl Lowering<'_> {
                 QOp::Conv2d { weights, bias, w_scales, window, depthwise_multiplier: mult, act: p.act }
             }
         };
-        self.model.layers.push(QLayer { op, input: p.input, output: out, node: p.node.to_string() });
+        self.model.layers.push(QLayer { op, input: p.input, input2: None, output: out, node: p.node.to_string() });
         Ok(out)
     }
 }

@@ -38,6 +38,9 @@ pub fn plan(q: &QModel) -> Plan {
     touch(root(q, q.output), last);
     for (i, l) in q.layers.iter().enumerate() {
         touch(root(q, l.input), i);
+        if let Some(b) = l.input2 {
+            touch(root(q, b), i);
+        }
         touch(root(q, l.output), i);
     }
     let mut order: Vec<usize> = (0..n).filter(|&t| life[t].is_some()).collect();

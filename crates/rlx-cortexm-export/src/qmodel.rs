@@ -94,6 +94,11 @@ pub enum QOp {
         /// Beta.
         beta: f32,
     },
+    /// Elementwise add of `input` and `input2` (equal dims), with a fused activation.
+    Add {
+        /// Fused activation.
+        act: Activation,
+    },
 }
 
 impl QOp {
@@ -106,17 +111,20 @@ impl QOp {
             QOp::MaxPool2d { .. } => "max_pool2d",
             QOp::AvgPool2d { .. } => "avg_pool2d",
             QOp::Softmax { .. } => "softmax",
+            QOp::Add { .. } => "add",
         }
     }
 }
 
-/// A layer: op, input tensor and output tensor (ids into `QModel::tensors`).
+/// A layer: op, input tensor(s) and output tensor (ids into `QModel::tensors`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct QLayer {
     /// The op.
     pub op: QOp,
     /// Input tensor.
     pub input: usize,
+    /// The second input of `Add`.
+    pub input2: Option<usize>,
     /// Output tensor.
     pub output: usize,
     /// The rlx node it came from (for messages).
@@ -260,8 +268,21 @@ impl QModel {
                         let depth = *ti.dims.last().unwrap_or(&1);
                         Op::Softmax(params::softmax_params(ti.len() / depth.max(1), depth, *beta, ti.scale))
                     }
+                    QOp::Add { act } => {
+                        let t2 = &self.tensors[l.input2.unwrap_or(l.input)];
+                        Op::Add(params::add_params(
+                            ti.scale,
+                            ti.zero_point,
+                            t2.scale,
+                            t2.zero_point,
+                            to.scale,
+                            to.zero_point,
+                            *act,
+                        ))
+                    }
                 };
-                Layer { op, inputs: [slots[l.input], slots[l.input]], output: slots[l.output] }
+                let second = slots[l.input2.unwrap_or(l.input)];
+                Layer { op, inputs: [slots[l.input], second], output: slots[l.output] }
             })
             .collect()
     }

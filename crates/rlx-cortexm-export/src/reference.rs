@@ -169,6 +169,38 @@ pub fn graph(q: &QModel, batch: usize) -> Result<Graph> {
             QOp::AvgPool2d { kernel, stride, pad } => {
                 avg_pool(&mut g, x, ti.nhwc(), to.nhwc(), *kernel, *stride, *pad)?
             }
+            QOp::Add { act } => {
+                let t2 = l.input2.unwrap_or(l.input);
+                let (u, v) = (&q.tensors[t2], to);
+                let a = rlx_cortexm::params::add_params(
+                    ti.scale,
+                    ti.zero_point,
+                    u.scale,
+                    u.zero_point,
+                    v.scale,
+                    v.zero_point,
+                    *act,
+                );
+                let x2 = vals[q.tensors[t2].alias_of.unwrap_or(t2)].ok_or_else(|| ExportError::Scheme {
+                    node: l.node.clone(),
+                    reason: "second input never computed".into(),
+                })?;
+                let x2 = g.reshape(x2, &with_batch(&q.tensors[t2].dims));
+                // TFLite's add: each input offset, shifted left by 20 and rescaled to twice the
+                // larger input scale; the sum rescaled to the output.
+                let raw = OutQuant { offset: 0, act_min: i32::MIN, act_max: i32::MAX };
+                let side = |g: &mut Graph, x: NodeId, off: i32, m: i32, s: i32| -> Result<NodeId> {
+                    let o = c(g, off as f64);
+                    let xo = g.add(x, o);
+                    let sh = c(g, (1i64 << a.left_shift) as f64);
+                    let xs = g.mul(xo, sh);
+                    requantize(g, xs, &[m], &[s], raw)
+                };
+                let s1 = side(&mut g, x, a.input1_offset, a.input1_multiplier, a.input1_shift)?;
+                let s2 = side(&mut g, x2, a.input2_offset, a.input2_multiplier, a.input2_shift)?;
+                let sum = g.add(s1, s2);
+                requantize(&mut g, sum, &[a.output_multiplier], &[a.output_shift], a.out)?
+            }
             QOp::Softmax { .. } => {
                 return Err(ExportError::Scheme {
                     node: l.node.clone(),

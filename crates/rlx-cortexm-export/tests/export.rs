@@ -73,14 +73,15 @@ fn out_size(n: usize, k: usize, s: usize, p: usize, d: usize) -> usize {
     (n + 2 * p - d * (k - 1) - 1) / s + 1
 }
 
-/// conv (stride 2, dilation 2) -> depthwise x2 -> avg pool (padded) -> max pool -> flatten -> FC.
+/// conv (stride 2, dilation 2) -> depthwise x2 -> avg pool (padded) -> add (residual) -> max pool
+/// -> flatten -> FC.
 fn random_model(r: &mut Lcg) -> QModel {
     let mut tensors = vec![t(&[1, 9, 9, 3], r, 0.02)];
     let mut layers = vec![];
     let mut push = |tensors: &mut Vec<QTensor>, op: QOp, dims: Vec<usize>, scale: f32, r: &mut Lcg| {
         let input = tensors.len() - 1;
         tensors.push(t(&dims, r, scale));
-        layers.push(QLayer { op, input, output: tensors.len() - 1, node: format!("L{}", layers.len()) });
+        layers.push(QLayer { op, input, input2: None, output: tensors.len() - 1, node: format!("L{}", layers.len()) });
     };
     let conv = |r: &mut Lcg, n: usize, chans: usize, act| {
         let w: Vec<i8> = (0..n).map(|_| r.i8().max(-127)).collect();
@@ -109,35 +110,48 @@ fn random_model(r: &mut Lcg) -> QModel {
         0.04,
         r,
     );
-    // avg pool 3x3 stride 1 pad 1 (counts differ at the border), then max pool 2x2
+    // avg pool 3x3 stride 1 pad 1 (counts differ at the border), a residual add of the
+    // depthwise output and the pool's (its own output scale, ReLU), then max pool 2x2.
     let s = tensors.last().unwrap().scale;
     let zp = tensors.last().unwrap().zero_point;
     tensors.push(QTensor { dims: vec![1, h, h, 12], scale: s, zero_point: zp, alias_of: None });
     layers.push(QLayer {
         op: QOp::AvgPool2d { kernel: [3, 3], stride: [1, 1], pad: [1, 1] },
         input: 2,
+        input2: None,
         output: 3,
         node: "avg".into(),
     });
+    tensors.push(t(&[1, h, h, 12], r, 0.06));
+    layers.push(QLayer {
+        op: QOp::Add { act: Activation::Relu },
+        input: 2,
+        input2: Some(3),
+        output: 4,
+        node: "add".into(),
+    });
+    let (s, zp) = (tensors[4].scale, tensors[4].zero_point);
     let h2 = out_size(h, 2, 2, 0, 1);
     tensors.push(QTensor { dims: vec![1, h2, h2, 12], scale: s, zero_point: zp, alias_of: None });
     layers.push(QLayer {
         op: QOp::MaxPool2d { kernel: [2, 2], stride: [2, 2], pad: [0, 0] },
-        input: 3,
-        output: 4,
+        input: 4,
+        input2: None,
+        output: 5,
         node: "max".into(),
     });
     let f = h2 * h2 * 12;
-    tensors.push(QTensor { dims: vec![1, f], scale: s, zero_point: zp, alias_of: Some(4) });
+    tensors.push(QTensor { dims: vec![1, f], scale: s, zero_point: zp, alias_of: Some(5) });
     let (weights, bias, w_scales, act) = conv(r, f * 7, 7, Activation::None);
     tensors.push(t(&[1, 7], r, 0.1));
     layers.push(QLayer {
         op: QOp::FullyConnected { weights, bias, w_scales, act },
-        input: 5,
-        output: 6,
+        input: 6,
+        input2: None,
+        output: 7,
         node: "fc".into(),
     });
-    QModel { tensors, layers, input: 0, output: 6 }
+    QModel { tensors, layers, input: 0, output: 7 }
 }
 
 #[test]
@@ -253,4 +267,47 @@ fn a_short_qat_run_saves_a_checkpoint_that_exports() {
     assert_eq!(c.bit_identical, c.samples);
     assert!(c.accuracy > 50.0, "{:.2}% after two epochs", c.accuracy);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_residual_add_lowers_to_the_add_kernel_and_matches_the_reference() {
+    // y = fq(relu(fq(x @ w + b) + fq(x))): the add of two int8 tensors with its own output scale.
+    let mut g = Graph::new("residual");
+    let x = g.input("x", Shape::new(&[1, 4], DType::F32));
+    let (s, z) = (g.constant(scalar(0.02)), g.constant(scalar(-5.0)));
+    let xq = g.fake_quant(x, s, z, 8, true, None);
+    let w = g.param("fc.w", Shape::new(&[4, 4], DType::F32));
+    let (ws, wz) = (g.constant(scalar(0.01)), g.constant(scalar(0.0)));
+    let wq = g.fake_quant(w, ws, wz, 8, true, None);
+    let b = g.param("fc.b", Shape::new(&[4], DType::F32));
+    let h = g.matmul(xq, wq);
+    let h = g.add(h, b);
+    let (hs, hz) = (g.constant(scalar(0.03)), g.constant(scalar(7.0)));
+    let hq = g.fake_quant(h, hs, hz, 8, true, None);
+    let sum = g.add(hq, xq);
+    let sum = g.relu(sum);
+    let (os, oz) = (g.constant(scalar(0.04)), g.constant(scalar(-128.0)));
+    let y = g.fake_quant(sum, os, oz, 8, true, None);
+    g.set_outputs(vec![y]);
+    let wv: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 0.07).collect();
+    let params = HashMap::from([
+        ("fc.w".to_string(), HostTensor::from_f32(&[4, 4], &wv).unwrap()),
+        ("fc.b".to_string(), HostTensor::from_f32(&[4], &[0.1, -0.2, 0.3, 0.0]).unwrap()),
+    ]);
+    let (q, plan, _) = prepare(&g, &params, &ExportOptions::default()).unwrap();
+    let names: Vec<&str> = q.layers.iter().map(|l| l.op.name()).collect();
+    assert_eq!(names, ["fully_connected", "add"]);
+    let mut r = Lcg(5);
+    let inputs: Vec<Vec<i8>> = (0..32).map(|_| (0..4).map(|_| r.i8()).collect()).collect();
+    let want = reference::run(&q, &inputs).unwrap();
+    for (x, w) in inputs.iter().zip(&want) {
+        assert_eq!(&run_host(&q, &plan.slots, plan.arena_size, x).unwrap(), w);
+    }
+    assert!(want.iter().flatten().any(|&v| v > -128), "not all clamped");
+    // The add reads the input slot at its layer, so the plan keeps it alive until then.
+    let add = &q.layers[1];
+    for t in [add.input, add.input2.unwrap()] {
+        let (a, o) = (plan.slots[t], plan.slots[add.output]);
+        assert!(a.end() <= o.offset || o.end() <= a.offset);
+    }
 }
