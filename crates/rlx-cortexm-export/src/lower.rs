@@ -4,8 +4,9 @@
 //! `fake_quant` become one fused layer, as the TFLite converter fuses them.
 //!
 //! Ops: input, param, constant (and anything computed from constants alone, folded through the
-//! op's reference), fake_quant, matmul, conv2d (plain or depthwise), add of a bias, relu,
-//! max_pool2d, avg_pool2d, reshape and softmax (last axis).
+//! op's reference), fake_quant, matmul, conv2d (plain or depthwise), add of a bias, add of two
+//! int8 tensors (a residual, with its own output quantization), relu (fused into the layer before
+//! it), max_pool2d, avg_pool2d, reshape and softmax (last axis).
 
 use crate::error::{ExportError, Result};
 use crate::qmodel::{QLayer, QModel, QOp, QTensor};
@@ -15,8 +16,8 @@ use rlx_ir::ops::UnaryKind;
 use rlx_ir::{Graph, HostTensor, NodeId, Op};
 use std::collections::HashMap;
 
-const SUPPORTED: &str = "matmul, conv2d (plain or depthwise), bias add, relu, max_pool2d, avg_pool2d, reshape, \
-                         softmax, fake_quant, and ops on constants";
+const SUPPORTED: &str = "matmul, conv2d (plain or depthwise), bias add, add of two int8 tensors, relu, \
+                         max_pool2d, avg_pool2d, reshape, softmax, fake_quant, and ops on constants";
 
 /// A weight read through its fake_quant: integers, dims and one scale per output channel.
 #[derive(Debug, Clone)]
