@@ -8,7 +8,15 @@
 //! [`requant`]). Results are bit-exact with TFLite Micro's reference kernels; the inner int8 dot
 //! product runs on the DSP extension's `SXTB16` / `SMLAD` where the target has it ([`simd`]).
 //!
-//! The same code builds for the host, where the tests check it against the reference forms.
+//! The same code builds for the host, where the tests check it against TFLite Micro's reference
+//! kernels (`tests/tflm.rs`, fixtures from `tools/tflm_fixtures.py`) and the exporter's tests
+//! check it against rlx's INT8 reference graph.
+//!
+//! On a device: `rlx export cortexm --model CKPT --out DIR` writes `model.rs` (a `static MODEL`
+//! and `ARENA_SIZE`); a firmware `include!`s it, fills `MODEL.input_mut(arena)`, calls
+//! `MODEL.invoke(arena)` and reads `MODEL.output(arena)`. `firmware/` is such a firmware for the
+//! digits models on QEMU's mps2-an386, and `.ci/cortexm.sh` builds and runs it (Debian's Rust
+//! toolchain, `-Z build-std=core`, target `thumbv7em-none-eabihf`).
 
 #![no_std]
 #![warn(missing_docs)]
