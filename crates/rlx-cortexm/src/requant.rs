@@ -33,6 +33,9 @@ pub fn rounding_divide_by_pot(x: i32, exponent: i32) -> i32 {
     (x >> exponent) + (remainder > threshold) as i32
 }
 
+/// The shifts [`requantize`] accepts (TFLite's `QuantizeMultiplier` gives `-31..=30`).
+pub const SHIFTS: core::ops::RangeInclusive<i32> = -31..=30;
+
 /// `x * m * 2^(shift - 31)`, rounded as CMSIS-NN's `arm_nn_requantize` and TFLite Micro's
 /// `MultiplyByQuantizedMultiplier` (double rounding). A positive `shift` is a left shift of `x`
 /// before the product (the caller's scales keep `x << shift` inside i32, as in TFLite).
@@ -72,6 +75,12 @@ impl<'a> Requant<'a> {
     /// Whether the parameters fit `channels` output channels.
     pub fn fits(&self, channels: usize) -> bool {
         self.multiplier.len() == self.shift.len() && (self.multiplier.len() == 1 || self.multiplier.len() == channels)
+    }
+
+    /// Whether every shift is in [`SHIFTS`] and every multiplier non-negative (a shift outside
+    /// would overflow the shifts in [`requantize`]).
+    pub fn in_range(&self) -> bool {
+        self.shift.iter().all(|s| SHIFTS.contains(s)) && self.multiplier.iter().all(|&m| m >= 0)
     }
 }
 

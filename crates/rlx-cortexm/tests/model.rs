@@ -62,4 +62,7 @@ fn bad_plans_and_lengths_are_errors() {
     assert_eq!(e.to_string(), "fully_connected: output has 3 elements, expected 2");
     let bad = FcParams { requant: Requant { multiplier: &[1, 2, 3], shift: &[0, 0, 0] }, ..fc() };
     assert!(matches!(kernels::fully_connected(&bad, &[1, 2], &mut [0; 2]), Err(Error::Shape { what: "requant", .. })));
+    // A shift past 31 bits would overflow the requantization's shifts: refused, not a panic.
+    let bad = FcParams { requant: Requant { multiplier: &[1 << 30], shift: &[40] }, ..fc() };
+    assert!(matches!(kernels::fully_connected(&bad, &[1, 2], &mut [0; 2]), Err(Error::Param { .. })));
 }

@@ -3,7 +3,7 @@
 //! skipped, which is padding with the input zero point), with the inner dot product on the DSP
 //! extension where the target has it.
 
-use super::{Nhwc, OutQuant, Window, check_len, tap};
+use super::{Nhwc, OutQuant, Window, check_len, check_requant, tap};
 use crate::Error;
 use crate::requant::{Requant, requantize};
 use crate::simd::dot_s8;
@@ -36,9 +36,7 @@ pub fn fully_connected(p: &FcParams, input: &[i8], output: &mut [i8]) -> Result<
     check_len(OP, "bias", p.outputs, p.bias.len())?;
     check_len(OP, "input", p.batch * p.inputs, input.len())?;
     check_len(OP, "output", p.batch * p.outputs, output.len())?;
-    if !p.requant.fits(p.outputs) {
-        return Err(Error::Shape { op: OP, what: "requant", expected: p.outputs, got: p.requant.channels() });
-    }
+    check_requant(OP, &p.requant, p.outputs)?;
     for (x, y) in input.chunks_exact(p.inputs.max(1)).zip(output.chunks_exact_mut(p.outputs.max(1))) {
         for (o, (w, y)) in p.weights.chunks_exact(p.inputs.max(1)).zip(y.iter_mut()).enumerate() {
             let acc = dot_s8(w, x, p.input_offset).wrapping_add(p.bias[o]);
@@ -84,9 +82,7 @@ pub fn conv2d(p: &ConvParams, input: &[i8], output: &mut [i8]) -> Result<(), Err
     check_len(OP, "input", i.len(), input.len())?;
     check_len(OP, "output", o.len(), output.len())?;
     check_len(OP, "batch", i.n, o.n)?;
-    if !p.requant.fits(o.c) {
-        return Err(Error::Shape { op: OP, what: "requant", expected: o.c, got: p.requant.channels() });
-    }
+    check_requant(OP, &p.requant, o.c)?;
     let k = kh * kw * i.c;
     if k <= IM2COL {
         // The window of one output pixel gathered once (CMSIS-NN's im2col), padding taps as the
@@ -206,9 +202,7 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) ->
     check_len(OP, "input", i.len(), input.len())?;
     check_len(OP, "output", o.len(), output.len())?;
     check_len(OP, "batch", i.n, o.n)?;
-    if !p.requant.fits(o.c) {
-        return Err(Error::Shape { op: OP, what: "requant", expected: o.c, got: p.requant.channels() });
-    }
+    check_requant(OP, &p.requant, o.c)?;
     for n in 0..o.n {
         for oy in 0..o.h {
             for ox in 0..o.w {

@@ -4,7 +4,7 @@
 
 use super::{OutQuant, check_len};
 use crate::Error;
-use crate::requant::requantize;
+use crate::requant::{SHIFTS, requantize};
 
 /// A requantizing ReLU: `out = clamp(zp_out + requant(x - zp_in), act_min, act_max)`, where
 /// `act_min` is the output zero point.
@@ -23,6 +23,9 @@ pub struct ReluParams {
 /// Runs a requantizing ReLU elementwise.
 pub fn relu(p: &ReluParams, input: &[i8], output: &mut [i8]) -> Result<(), Error> {
     check_len("relu", "output", input.len(), output.len())?;
+    if !SHIFTS.contains(&p.shift) {
+        return Err(Error::Param { op: "relu", what: "shift outside -31..=30" });
+    }
     for (y, &x) in output.iter_mut().zip(input) {
         let v = p.out.offset + requantize(x as i32 - p.input_zero_point, p.multiplier, p.shift);
         *y = v.clamp(p.out.act_min, p.out.act_max) as i8;
@@ -68,6 +71,10 @@ pub struct AddParams {
 pub fn add(p: &AddParams, a: &[i8], b: &[i8], output: &mut [i8]) -> Result<(), Error> {
     check_len("add", "second input", a.len(), b.len())?;
     check_len("add", "output", a.len(), output.len())?;
+    let shifts = [p.input1_shift, p.input2_shift, p.output_shift];
+    if !(0..=20).contains(&p.left_shift) || !shifts.iter().all(|s| SHIFTS.contains(s)) {
+        return Err(Error::Param { op: "add", what: "left shift outside 0..=20 or a shift outside -31..=30" });
+    }
     for ((y, &x1), &x2) in output.iter_mut().zip(a).zip(b) {
         let s1 = requantize((x1 as i32 + p.input1_offset) << p.left_shift, p.input1_multiplier, p.input1_shift);
         let s2 = requantize((x2 as i32 + p.input2_offset) << p.left_shift, p.input2_multiplier, p.input2_shift);

@@ -88,6 +88,17 @@ pub struct Window {
     pub pad: [usize; 2],
 }
 
+/// Checks per-channel requantization parameters against `channels` output channels.
+pub(crate) fn check_requant(op: &'static str, r: &crate::requant::Requant, channels: usize) -> Result<(), Error> {
+    if !r.fits(channels) {
+        return Err(Error::Shape { op, what: "requant", expected: channels, got: r.channels() });
+    }
+    if !r.in_range() {
+        return Err(Error::Param { op, what: "a requantization shift outside -31..=30 or a negative multiplier" });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_len(op: &'static str, what: &'static str, expected: usize, got: usize) -> Result<(), Error> {
     if expected == got { Ok(()) } else { Err(Error::Shape { op, what, expected, got }) }
 }

@@ -117,6 +117,9 @@ pub fn softmax(p: &SoftmaxParams, input: &[i8], output: &mut [i8]) -> Result<(),
     if p.depth == 0 {
         return Ok(());
     }
+    if !(0..=30).contains(&p.input_left_shift) || p.input_multiplier < 0 {
+        return Err(Error::Param { op: OP, what: "input left shift outside 0..=30 or a negative multiplier" });
+    }
     for (x, y) in input.chunks_exact(p.depth).zip(output.chunks_exact_mut(p.depth)) {
         let max = x.iter().copied().max().unwrap_or(i8::MIN) as i32;
         let scaled = |v: i8| srdhm((v as i32 - max).wrapping_mul(1 << p.input_left_shift), p.input_multiplier);
