@@ -4,7 +4,9 @@
 //! the requantization (`SaturatingRoundingDoublingHighMul`, then `RoundingDivideByPOT`) with the
 //! Q31 multiplier split into 16-bit halves so that no product exceeds 2^53, floor through the
 //! `floor` op on values scaled by powers of two, and C's truncating division rebuilt from it.
-//! Softmax has no graph form here (its fixed-point exp is checked against TFLite Micro instead).
+//! Softmax is TFLite Micro's fixed-point form written out the same way (`softmax.rs`).
+
+mod softmax;
 
 use crate::error::{ExportError, Result};
 use crate::qmodel::{QModel, QOp};
@@ -201,13 +203,14 @@ pub fn graph(q: &QModel, batch: usize) -> Result<Graph> {
                 let sum = g.add(s1, s2);
                 requantize(&mut g, sum, &[a.output_multiplier], &[a.output_shift], a.out)?
             }
-            QOp::Softmax { .. } => {
-                return Err(ExportError::Scheme {
-                    node: l.node.clone(),
-                    reason: "softmax has no INT8 reference graph (its kernel is checked against TFLite Micro's \
-                             fixtures instead); export without a test set, or end the model at the logits"
-                        .into(),
-                });
+            QOp::Softmax { beta } => {
+                let dims = with_batch(&ti.dims);
+                let depth = *dims.last().unwrap_or(&1);
+                let rows = dims.iter().product::<usize>() / depth.max(1);
+                let p = rlx_cortexm::params::softmax_params(rows, depth, *beta, ti.scale);
+                let x2 = g.reshape(x, &[rows, depth]);
+                let y = softmax::softmax(&mut g, x2, &p);
+                g.reshape(y, &dims)
             }
         };
         vals[l.output] = Some(y);
