@@ -61,7 +61,17 @@ pub fn export(out: &mut impl Write, args: &ExportArgs) -> Result<(), Box<dyn std
     writeln!(out, "cortexm: {} layers", q.layers.len())?;
     for l in &q.layers {
         let (i, o) = (&q.tensors[l.input], &q.tensors[l.output]);
-        writeln!(out, "  {:<17} {:?} -> {:?}  (rlx node {})", l.op.name(), i.dims, o.dims, l.node)?;
+        let (si, so) = (r.plan.slots[l.input], r.plan.slots[l.output]);
+        writeln!(
+            out,
+            "  {:<17} {:?} @{} -> {:?} @{}  (rlx node {})",
+            l.op.name(),
+            i.dims,
+            si.offset,
+            o.dims,
+            so.offset,
+            l.node
+        )?;
     }
     writeln!(out, "MACs per inference: {}", q.macs())?;
     writeln!(out, "arena (RAM): {} bytes (one slot per tensor would take {})", r.plan.arena_size, r.plan.naive_size)?;
