@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# rlx-cortexm on a Cortex-M4 under QEMU: exports the committed QAT digits checkpoints (MLP and
-# conv net) with `rlx export cortexm`, builds the firmware (crates/rlx-cortexm/firmware) for
+# rlx-cortexm on a Cortex-M4 under QEMU: exports the committed QAT digits checkpoints (MLP, conv
+# net, depthwise-separable net) with `rlx export cortexm`, builds the firmware (crates/rlx-cortexm/firmware) for
 # thumbv7em-none-eabihf with Debian's Rust toolchain (rustup's target download is not reachable
 # here; core is built from Debian's rust-src with -Z build-std), runs it on QEMU's mps2-an386, and
 # requires accuracy >= 96.6% on the digits test split and 100% agreement with the host INT8 run;
@@ -71,5 +71,6 @@ run() {
 
 run mlp dsp
 run conv dsp
+run separable dsp
 run mlp portable
 echo "cortexm: passed in $(( $(date +%s) - start )) s"

@@ -9,11 +9,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let (arch, out) = match args.get(1..3) {
         Some([a, o]) => (a.as_str(), o.as_str()),
-        _ => return Err("usage: train_digits mlp|conv OUT.safetensors".into()),
+        _ => return Err("usage: train_digits mlp|conv|separable OUT.safetensors".into()),
     };
     let arch = match arch {
         "mlp" => Arch::Mlp,
         "conv" => Arch::Conv,
+        "separable" => Arch::Separable,
         a => return Err(format!("unknown arch {a}").into()),
     };
     let epochs: usize = std::env::var("EPOCHS").ok().and_then(|e| e.parse().ok()).unwrap_or(30);

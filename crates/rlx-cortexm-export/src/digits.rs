@@ -19,6 +19,9 @@ pub enum Arch {
     Mlp,
     /// `1x8x8 -> conv3x3 8 relu -> maxpool 2 -> conv3x3 16 relu -> maxpool 2 -> 10`.
     Conv,
+    /// Depthwise-separable: `1x8x8 -> conv3x3 8 relu -> depthwise3x3 relu -> maxpool 2 ->
+    /// conv1x1 16 relu -> maxpool 2 -> 10`.
+    Separable,
 }
 
 impl Arch {
@@ -26,7 +29,7 @@ impl Arch {
     pub fn input_dims(self, n: usize) -> Vec<usize> {
         match self {
             Arch::Mlp => vec![n, 64],
-            Arch::Conv => vec![n, 1, 8, 8],
+            Arch::Conv | Arch::Separable => vec![n, 1, 8, 8],
         }
     }
 }
@@ -84,17 +87,26 @@ fn net(b: &mut Builder, arch: Arch, x: NodeId, quant: Option<&Ranges>) -> (NodeI
                 h = tap(b, h, &mut taps);
             }
         }
-        Arch::Conv => {
-            for (name, cin, cout) in [("conv1", 1, 8), ("conv2", 8, 16)] {
+        Arch::Conv | Arch::Separable => {
+            // (name, in channels, out channels, kernel, groups, pool after)
+            let layers: &[(&str, usize, usize, usize, usize, bool)] = if arch == Arch::Conv {
+                &[("conv1", 1, 8, 3, 1, true), ("conv2", 8, 16, 3, 1, true)]
+            } else {
+                &[("conv1", 1, 8, 3, 1, false), ("dw", 8, 8, 3, 8, true), ("pw", 8, 16, 1, 1, true)]
+            };
+            for &(name, cin, cout, k, groups, pool) in layers {
                 h = b.scoped(name, |b| {
-                    let w = weight(b, &[cout, cin, 3, 3], 0);
+                    let w = weight(b, &[cout, cin / groups, k, k], 0);
                     let bias = b.param("b", &[cout, 1, 1], Init::Zeros);
-                    let y = b.conv2d(h, w, [1, 1], [1, 1], [1, 1], 1);
+                    let p = k / 2;
+                    let y = b.conv2d(h, w, [1, 1], [p, p], [1, 1], groups);
                     let y = b.add(y, bias);
                     b.relu(y)
                 });
                 h = tap(b, h, &mut taps);
-                h = b.max_pool2d(h, [2, 2], [2, 2], [0, 0]);
+                if pool {
+                    h = b.max_pool2d(h, [2, 2], [2, 2], [0, 0]);
+                }
             }
             let n = rlx_ir::ops::rules::dims(b, h)[0];
             h = b.reshape(h, &[n, 16 * 2 * 2]);
@@ -119,6 +131,7 @@ pub fn inference_graph(arch: Arch, n: usize, quant: Option<&Ranges>) -> Graph {
     let mut b = Builder::new(match arch {
         Arch::Mlp => "digits_mlp",
         Arch::Conv => "digits_conv",
+        Arch::Separable => "digits_separable",
     });
     let x = input(&mut b, arch, n);
     let (y, _) = net(&mut b, arch, x, quant);

@@ -16,7 +16,7 @@ fn repo() -> PathBuf {
 
 #[test]
 fn digits_checkpoints_export_bit_exact_and_accurate() {
-    for (name, layers) in [("mlp", 2), ("conv", 5)] {
+    for (name, layers) in [("mlp", 2), ("conv", 5), ("separable", 6)] {
         let ckpt = repo().join(format!("data/cortexm/digits_{name}_qat.safetensors"));
         let out = std::env::temp_dir().join(format!("rlx-cortexm-export-test-{name}-{}", std::process::id()));
         let opts = ExportOptions { testset: Some(TestSet::Digits), ..Default::default() };

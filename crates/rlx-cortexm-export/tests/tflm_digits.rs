@@ -11,7 +11,7 @@ use std::path::PathBuf;
 fn digits_models_equal_tflite_micro_on_every_test_image() {
     let fixture: serde_json::Value = serde_json::from_str(include_str!("fixtures/tflm_digits.json")).unwrap();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    for name in ["mlp", "conv"] {
+    for name in ["mlp", "conv", "separable"] {
         let want: Vec<Vec<i8>> = fixture[name]
             .as_array()
             .unwrap()

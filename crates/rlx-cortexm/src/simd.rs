@@ -81,16 +81,60 @@ pub fn smlad(a: u32, b: u32, acc: i32) -> i32 {
     }
 }
 
+/// `SMLABB a, b, acc`: `acc + a.lo * b.lo` on signed halfwords, wrapping.
+#[inline(always)]
+pub fn smlabb(a: u32, b: u32, acc: i32) -> i32 {
+    #[cfg(all(target_arch = "arm", target_feature = "dsp"))]
+    {
+        let r: i32;
+        // SAFETY: a register-only instruction of the DSP extension, which this target has.
+        unsafe {
+            core::arch::asm!("smlabb {0}, {1}, {2}, {3}", out(reg) r, in(reg) a, in(reg) b, in(reg) acc,
+                options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(all(target_arch = "arm", target_feature = "dsp")))]
+    {
+        acc.wrapping_add((a as u16 as i16 as i32).wrapping_mul(b as u16 as i16 as i32))
+    }
+}
+
+/// `SMLATT a, b, acc`: `acc + a.hi * b.hi` on signed halfwords, wrapping.
+#[inline(always)]
+pub fn smlatt(a: u32, b: u32, acc: i32) -> i32 {
+    #[cfg(all(target_arch = "arm", target_feature = "dsp"))]
+    {
+        let r: i32;
+        // SAFETY: a register-only instruction of the DSP extension, which this target has.
+        unsafe {
+            core::arch::asm!("smlatt {0}, {1}, {2}, {3}", out(reg) r, in(reg) a, in(reg) b, in(reg) acc,
+                options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(all(target_arch = "arm", target_feature = "dsp")))]
+    {
+        acc.wrapping_add(((a >> 16) as u16 as i16 as i32).wrapping_mul((b >> 16) as u16 as i16 as i32))
+    }
+}
+
 /// Whether this build runs the DSP instructions (true) or their portable emulation.
 pub const HAS_DSP: bool = cfg!(all(target_arch = "arm", target_feature = "dsp"));
 
 /// Four int8 values as one little-endian word: one (unaligned) `LDR` on ARMv7-M.
 #[inline(always)]
-fn read4(c: &[i8]) -> u32 {
-    debug_assert_eq!(c.len(), 4);
-    // SAFETY: every caller passes a `chunks_exact(4)` chunk, so four bytes are readable;
-    // `read_unaligned` has no alignment requirement.
+pub(crate) fn read4(c: &[i8]) -> u32 {
+    // Indexing c[3] first proves the length (a panic-free caller passes four or more values).
+    let c = &c[..4];
+    // SAFETY: `c` has exactly four bytes; `read_unaligned` has no alignment requirement.
     u32::from_le(unsafe { core::ptr::read_unaligned(c.as_ptr() as *const u32) })
+}
+
+/// The offset twice, as the halfword pair `SADD16` adds.
+#[inline(always)]
+pub(crate) fn pair(offset: i32) -> u32 {
+    ((offset as u16 as u32) << 16) | offset as u16 as u32
 }
 
 /// `sum(w[i] * (x[i] + offset))` four elements per step with `SXTB16` and `SMLAD`: `x + offset`
@@ -99,7 +143,7 @@ fn read4(c: &[i8]) -> u32 {
 #[inline]
 pub fn dot_s8_packed(w: &[i8], x: &[i8], offset: i32) -> i32 {
     let n = w.len().min(x.len());
-    let off = ((offset as u16 as u32) << 16) | offset as u16 as u32;
+    let off = pair(offset);
     let mut acc = 0i32;
     // Exact chunks: no bounds check and one word load per four values.
     let (wc, xc) = (w[..n].chunks_exact(4), x[..n].chunks_exact(4));
@@ -141,6 +185,8 @@ mod tests {
         assert_eq!(sxtb16_ror8(0x80_7f_ff_01), 0xff80_ffff);
         assert_eq!(sadd16(0x7fff_0001, 0x0001_ffff), 0x8000_0000);
         assert_eq!(smlad(0xffff_0002, 0x0003_0004, 10), 10 + 8 - 3);
+        assert_eq!(smlabb(0xffff_0002, 0x0003_fffc, 10), 10 - 8);
+        assert_eq!(smlatt(0xffff_0002, 0x0003_0004, 10), 10 - 3);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use super::{Nhwc, OutQuant, Window, check_len, check_requant, tap};
 use crate::Error;
 use crate::requant::{Requant, requantize};
-use crate::simd::dot_s8;
+use crate::simd::{HAS_DSP, dot_s8, pair, read4, sadd16, smlabb, smlatt, sxtb16, sxtb16_ror8};
 
 /// A fully connected layer: `out[b, o] = requant(bias[o] + sum_i w[o, i] * (x[b, i] + input_offset))`.
 #[derive(Debug, Clone, Copy)]
@@ -190,8 +190,8 @@ pub struct DepthwiseParams<'a> {
     pub out: OutQuant,
 }
 
-/// Runs a depthwise conv2d. The channels of one tap are strided by the multiplier, so the loop
-/// is scalar on every target (CMSIS-NN's SIMD depthwise form needs a scratch buffer).
+/// Runs a depthwise conv2d: with multiplier 1 on a DSP target four channels at a time
+/// (`SMLABB` / `SMLATT`), else one channel at a time.
 pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) -> Result<(), Error> {
     const OP: &str = "depthwise_conv2d";
     let (i, o, win) = (p.input, p.output, p.window);
@@ -203,6 +203,18 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) ->
     check_len(OP, "output", o.len(), output.len())?;
     check_len(OP, "batch", i.n, o.n)?;
     check_requant(OP, &p.requant, o.c)?;
+    if HAS_DSP && p.multiplier == 1 {
+        depthwise_packed(p, input, output);
+    } else {
+        depthwise_scalar(p, input, output);
+    }
+    Ok(())
+}
+
+/// The depthwise loop, one output channel at a time (TFLite Micro's order).
+fn depthwise_scalar(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) {
+    let (i, o, win) = (p.input, p.output, p.window);
+    let [kh, kw] = win.kernel;
     for n in 0..o.n {
         for oy in 0..o.h {
             for ox in 0..o.w {
@@ -229,7 +241,62 @@ pub fn depthwise_conv2d(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) ->
             }
         }
     }
-    Ok(())
+}
+
+/// Depthwise with multiplier 1, four channels at a time: a tap's four channels are one word in
+/// the input and in the weights; `SXTB16` splits each into halfword pairs and `SMLABB` /
+/// `SMLATT` accumulate the four channels separately (CMSIS-NN's depthwise form). Channels past
+/// the last multiple of four take the scalar loop.
+fn depthwise_packed(p: &DepthwiseParams, input: &[i8], output: &mut [i8]) {
+    let (i, o, win) = (p.input, p.output, p.window);
+    let [kh, kw] = win.kernel;
+    let off = pair(p.input_offset);
+    for n in 0..o.n {
+        for oy in 0..o.h {
+            for ox in 0..o.w {
+                let mut c = 0;
+                while c + 4 <= o.c {
+                    let mut acc = [p.bias[c], p.bias[c + 1], p.bias[c + 2], p.bias[c + 3]];
+                    for ky in 0..kh {
+                        let Some(iy) = tap(oy, ky, win.stride[0], win.dilation[0], win.pad[0], i.h) else { continue };
+                        for kx in 0..kw {
+                            let Some(ix) = tap(ox, kx, win.stride[1], win.dilation[1], win.pad[1], i.w) else {
+                                continue;
+                            };
+                            let xv = read4(&input[i.at(n, iy, ix, c)..]);
+                            let wv = read4(&p.weights[(ky * kw + kx) * o.c + c..]);
+                            let (x02, x13) = (sadd16(sxtb16(xv), off), sadd16(sxtb16_ror8(xv), off));
+                            let (w02, w13) = (sxtb16(wv), sxtb16_ror8(wv));
+                            acc[0] = smlabb(w02, x02, acc[0]);
+                            acc[2] = smlatt(w02, x02, acc[2]);
+                            acc[1] = smlabb(w13, x13, acc[1]);
+                            acc[3] = smlatt(w13, x13, acc[3]);
+                        }
+                    }
+                    for (k, &a) in acc.iter().enumerate() {
+                        let (m, s) = p.requant.at(c + k);
+                        output[o.at(n, oy, ox, c + k)] = p.out.finish(requantize(a, m, s));
+                    }
+                    c += 4;
+                }
+                for oc in c..o.c {
+                    let mut acc = p.bias[oc];
+                    for ky in 0..kh {
+                        let Some(iy) = tap(oy, ky, win.stride[0], win.dilation[0], win.pad[0], i.h) else { continue };
+                        for kx in 0..kw {
+                            let Some(ix) = tap(ox, kx, win.stride[1], win.dilation[1], win.pad[1], i.w) else {
+                                continue;
+                            };
+                            let x = input[i.at(n, iy, ix, oc)] as i32 + p.input_offset;
+                            acc = acc.wrapping_add(p.weights[(ky * kw + kx) * o.c + oc] as i32 * x);
+                        }
+                    }
+                    let (m, s) = p.requant.at(oc);
+                    output[o.at(n, oy, ox, oc)] = p.out.finish(requantize(acc, m, s));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -265,5 +332,37 @@ mod tests {
             assert_eq!(a, b, "dilation {dilation}");
             assert!(a.iter().any(|&v| v != a[0]));
         }
+    }
+
+    #[test]
+    fn the_packed_depthwise_equals_the_scalar_one() {
+        let mut seed = 11u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 24) as u8 as i8
+        };
+        // 10 channels: two packed groups of four and two channels left over.
+        let (input, output) = (Nhwc::new(1, 6, 5, 10), Nhwc::new(1, 6, 5, 10));
+        let window = Window { kernel: [3, 3], stride: [1, 1], dilation: [1, 1], pad: [1, 1] };
+        let w: [i8; 90] = core::array::from_fn(|_| next());
+        let x: [i8; 300] = core::array::from_fn(|_| next());
+        let b: [i32; 10] = core::array::from_fn(|k| 40 * k as i32 - 200);
+        let (m, s) = ([3 << 28; 10], [-6; 10]);
+        let p = DepthwiseParams {
+            input,
+            output,
+            window,
+            multiplier: 1,
+            weights: &w,
+            bias: &b,
+            input_offset: -9,
+            requant: Requant { multiplier: &m, shift: &s },
+            out: OutQuant::none(4),
+        };
+        let (mut a, mut c) = ([0i8; 300], [0i8; 300]);
+        depthwise_packed(&p, &x, &mut a);
+        depthwise_scalar(&p, &x, &mut c);
+        assert_eq!(a, c);
+        assert!(a.iter().any(|&v| v != a[0]));
     }
 }
