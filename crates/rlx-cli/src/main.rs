@@ -4,6 +4,7 @@
 //! HTTP API. Bench lives in crates/rlx-bench.
 
 mod embed;
+mod export;
 mod generate;
 mod serve;
 mod train;
@@ -59,6 +60,9 @@ enum Cmd {
     /// Serve a Qwen3 / Llama GGUF model over an OpenAI-compatible HTTP API (/v1/completions,
     /// /v1/chat/completions, /v1/models, /health, /metrics); requests run one at a time.
     Serve(serve::ServeArgs),
+    /// Export a QAT-trained, quantized checkpoint for a target: `rlx export cortexm --model CKPT
+    /// --out DIR` (int8 kernels for ARM Cortex-M, static data and a planned arena).
+    Export(export::ExportArgs),
 }
 
 fn parse_device(name: &str) -> Result<Device, String> {
@@ -99,6 +103,7 @@ fn run(cli: Cli) -> Res {
         Cmd::Train(args) => train::train(out, &args, device),
         Cmd::Generate(args) => generate::generate(out, &args, device),
         Cmd::Serve(args) => serve::serve(&args, device),
+        Cmd::Export(args) => export::export(out, &args),
     }?;
     out.flush()?;
     Ok(())
