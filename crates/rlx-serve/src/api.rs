@@ -26,6 +26,9 @@ pub struct Sampling {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// Generate past the model's end-of-text tokens (an extension, as llama.cpp's server and
+    /// vLLM take it: benchmarks that need a fixed length).
+    pub ignore_eos: bool,
 }
 
 /// What a completion request asks for.
@@ -141,6 +144,7 @@ pub fn sampling(o: &Map<String, Value>) -> Result<Sampling, ApiError> {
         repetition_penalty: in_range("repetition_penalty", number(o, "repetition_penalty")?, 1.0, 0.0, 10.0, true)?,
         stream: boolean(o, "stream")?,
         include_usage,
+        ignore_eos: boolean(o, "ignore_eos")?,
     })
 }
 

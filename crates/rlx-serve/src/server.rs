@@ -317,7 +317,9 @@ async fn respond(s: Shared, body: Bytes, chat: bool) -> Result<Response, ApiErro
         }
         (ids, vec![], vec![])
     };
-    stop_tokens.extend(s.tok.stop_tokens());
+    if !sampling.ignore_eos {
+        stop_tokens.extend(s.tok.stop_tokens());
+    }
     stop.extend(sampling.stop.iter().cloned());
     if prompt.is_empty() {
         return Err(ApiError::bad(if chat { "messages" } else { "prompt" }, "the prompt has no tokens"));
