@@ -261,7 +261,10 @@ impl BatchScheduler {
             })
             .collect();
         let vocab = self.model.config().vocab_size;
-        let logits = self.model.step(&work)?.to_vec();
+        // `work` borrows the token lists and the logits the model: disjoint fields, so the
+        // sequences below can be updated while the logits are read in place.
+        let logits = self.model.step(&work)?;
+        drop(work);
         self.stats.steps += 1;
         let mut out = vec![];
         let mut done = vec![];
