@@ -2,15 +2,18 @@
 //! `generate`, on one GGUF file:
 //!
 //! ```text
-//! cargo run --release -p rlx-models --example paged_decode -- MODEL.gguf [TOKENS] [BATCHES...]
+//! cargo run --release -p rlx-models --example paged_decode -- MODEL.gguf [TOKENS] [QUANT] [BATCHES...]
 //! ```
 //!
+//! `QUANT` (`q4_k`, `q8_0` or `none`) quantizes float weights on load.
 //! Prints tokens per second of `generate` (one sequence, contiguous f16 cache), then of
 //! `generate_paged` with 1, 4, 8 ... sequences (16-token prompts, `TOKENS` new tokens each,
 //! greedy, one sequence row per prompt), the median of 3 runs each.
 
 use rlx_driver::Device;
-use rlx_models::llm::{BatchScheduler, GenerateOptions, LlmModel, PagedConfig, PagedModel, generate, generate_paged};
+use rlx_models::llm::{
+    BatchScheduler, GenerateOptions, LlmModel, LoadOptions, PagedConfig, PagedModel, generate, generate_paged,
+};
 use rlx_models::sampling::SamplerConfig;
 use std::time::Instant;
 
@@ -21,15 +24,22 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args.first().ok_or("usage: paged_decode MODEL.gguf [TOKENS] [BATCHES...]")?;
+    let path = args.first().ok_or("usage: paged_decode MODEL.gguf [TOKENS] [QUANT] [BATCHES...]")?;
     let tokens: usize = args.get(1).map_or(Ok(64), |s| s.parse())?;
+    let quantize = match args.get(2).map(String::as_str) {
+        None | Some("none") => None,
+        Some("q4_k") => Some(rlx_gguf::GgmlType::Q4_K),
+        Some("q8_0") => Some(rlx_gguf::GgmlType::Q8_0),
+        Some(q) => return Err(format!("QUANT must be q4_k, q8_0 or none, got {q}").into()),
+    };
+    let load = LoadOptions { quantize };
     let batches: Vec<usize> =
-        if args.len() > 2 { args[2..].iter().map(|s| s.parse()).collect::<Result<_, _>>()? } else { vec![1, 4, 8] };
+        if args.len() > 3 { args[3..].iter().map(|s| s.parse()).collect::<Result<_, _>>()? } else { vec![1, 4, 8] };
     let ctx = 16 + tokens + 1;
     let greedy = SamplerConfig { temperature: 0.0, ..SamplerConfig::default() };
     let prompt = |i: usize| -> Vec<u32> { (0..16).map(|j| 300 + (i * 16 + j) as u32 % 20000).collect() };
 
-    let mut m = LlmModel::load(path, Device::Cpu, ctx)?;
+    let mut m = LlmModel::load_with(path, Device::Cpu, ctx, &load)?;
     m.warm_weights(|_, _| {});
     let opts = GenerateOptions { max_tokens: tokens, sampler: greedy.clone(), stop_tokens: vec![] };
     generate(&mut m, &prompt(0), &opts, |_| true)?;
@@ -40,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(m);
 
     for &b in &batches {
-        let m = LlmModel::load(path, Device::Cpu, ctx)?;
+        let m = LlmModel::load_with(path, Device::Cpu, ctx, &load)?;
         let mut pm = PagedModel::new(m, PagedConfig { max_step_tokens: 256.max(b), ..PagedConfig::full(b, ctx) })?;
         pm.prepare(16 * b)?;
         let mut sched = BatchScheduler::new(pm);
