@@ -17,7 +17,7 @@ pub enum Device {
 }
 
 impl Device {
-    /// The name `--device` takes.
+    /// The name `rlx export fpga --part` takes.
     pub fn name(self) -> &'static str {
         match self {
             Device::Hx8k => "iCE40 HX8K",

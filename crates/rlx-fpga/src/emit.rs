@@ -114,8 +114,6 @@ pub fn layer_module(k: usize, l: &FcPlan, reuse: usize) -> String {
         ("XSEXT", xsext),
         ("PW", pw.to_string()),
         ("PW1", (pw - 1).to_string()),
-        ("PWXS", (pw - xs).to_string()),
-        ("PWM", (pw - 32).to_string()),
         ("QW1", (qw - 1).to_string()),
         ("QW0", format!("{}'d0", qw - 1)),
         ("Q32", q32),

@@ -15,7 +15,7 @@ pub enum FpgaError {
     },
     /// The design's estimated use of a resource exceeds the device.
     #[error(
-        "the design does not fit the {device}: it needs about {need} {resource}, the device has {have} (raise --reuse, or choose a larger --device)"
+        "the design does not fit the {device}: it needs about {need} {resource}, the device has {have} (raise --reuse, or choose a larger --part)"
     )]
     DoesNotFit {
         /// "LUTs", "BRAM blocks" or "DSPs".

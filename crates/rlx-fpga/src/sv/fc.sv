@@ -70,7 +70,7 @@ module rlx_fc$K (
     // Stage E: (acc << left) * multiplier, $PW bits.
     logic [4:0] d_left, d_right, e_right;
     logic signed [$XS1:0] xs;
-    logic signed [$PW1:0] xs_w, m_w, e_prod;
+    logic signed [$PW1:0] e_prod;
     logic e_valid;
     logic [$OW:0] e_chan;
     // Stage F (combinational, written into the output register): rounding, zero point, clamp.
@@ -158,10 +158,12 @@ $XMUX
     assign d_left = d_shift[5] ? 5'd0 : d_shift[4:0];
     assign d_right = d_shift[5] ? 5'd0 - d_shift[4:0] : 5'd0;
     assign xs = $XSEXT << d_left;
-    assign xs_w = {{$PWXS{xs[$XS1]}}, xs};
-    assign m_w = {{$PWM{1'b0}}, d_mult};
     always_ff @(posedge clk) begin
-        e_prod <= xs_w * m_w;
+        // Operands as narrow as they are ($XS x 32 bits, the multiplier's top bit is 0), the
+        // product as wide as both: written with wider operands, yosys kept a $PW x $PW multiplier.
+        /* verilator lint_off WIDTH */
+        e_prod <= xs * $signed(d_mult);
+        /* verilator lint_on WIDTH */
         e_right <= d_right;
         e_valid <= d_valid && !rst;
         e_chan <= d_chan;
