@@ -60,12 +60,22 @@ impl FcPlan {
     /// Cycles from accepting an input to holding the output: one issue per ROM word, then the
     /// pipeline (ROM read, multiply, adder tree, accumulate, requantize multiply, round) drains.
     pub fn cycles(&self) -> usize {
-        self.words() + PIPELINE_DEPTH
+        self.words() + PIPELINE_DEPTH + self.requant_steps().1 - 1
+    }
+
+    /// The requantization multiplies by the 32-bit multiplier `bits` bits a cycle over `steps`
+    /// cycles (most significant first), as many cycles as a channel's accumulation takes: a
+    /// `shifted_bits x bits` multiplier instead of a `shifted_bits x 32` one, the largest block of
+    /// the layer otherwise. (bits, steps).
+    pub fn requant_steps(&self) -> (usize, usize) {
+        let bits = 32usize.div_ceil(self.chunks);
+        (bits, 32usize.div_ceil(bits))
     }
 }
 
-/// Cycles a layer adds to its ROM words: the acceptance, the five pipeline registers (ROM
-/// word, products, lane sum, accumulator, requantization product) and the output register.
+/// Cycles a layer adds to its ROM words (besides the requantization's extra steps): the
+/// acceptance, the five pipeline registers (ROM word, products, lane sum, accumulator,
+/// requantization product) and the output register.
 pub const PIPELINE_DEPTH: usize = 6;
 
 /// The whole design: fully connected layers in order, then an argmax.

@@ -78,7 +78,69 @@ pub fn layer_module(k: usize, l: &FcPlan, reuse: usize) -> String {
         (lo, 127) if lo == l.out_zero_point.max(-128) => "ReLU".to_string(),
         (lo, hi) => format!("activation clamp [{lo}, {hi}]"),
     };
+    let (mk, steps) = l.requant_steps();
+    let (edecl, ebody) = if steps == 1 {
+        (
+            String::new(),
+            r#"    always_ff @(posedge clk) begin
+        // Signed x signed, the product as wide as both operands together.
+        /* verilator lint_off WIDTH */
+        e_prod <= xs * $signed(d_mult);
+        /* verilator lint_on WIDTH */
+        e_right <= d_right;
+        e_valid <= d_valid && !rst;
+        e_chan <= d_chan;
+    end
+"#
+            .to_string(),
+        )
+    } else {
+        let mw = mk * steps;
+        let sw = clog2(steps);
+        let m_ext = if mw > 32 { format!("{{{}'d0, d_mult}}", mw - 32) } else { "d_mult".into() };
+        (
+            format!(
+                "    // The multiplier's slices, most significant first, and the slices still to add.\n    \
+                 logic signed [{xs1}:0] e_x;\n    logic [{mw1}:0] m_ext, m_rest;\n    logic [{sw1}:0] step;\n",
+                xs1 = xs - 1,
+                mw1 = mw - 1,
+                sw1 = sw - 1
+            ),
+            format!(
+                r#"    // {steps} cycles a product (the channel's next accumulator comes {chunks} cycles after
+    // this one): p = p * 2^{mk} + x * slice, from the most significant slice.
+    assign m_ext = {m_ext};
+    always_ff @(posedge clk) begin
+        /* verilator lint_off WIDTH */
+        if (rst) begin
+            step <= '0;
+        end else if (d_valid) begin
+            e_prod <= xs * $signed({{1'b0, m_ext[{mw1}:{lo}]}});
+            m_rest <= m_ext << {mk};
+            e_x <= xs;
+            e_right <= d_right;
+            e_chan <= d_chan;
+            step <= {sw}'d{last};
+        end else if (step != '0) begin
+            e_prod <= (e_prod <<< {mk}) + e_x * $signed({{1'b0, m_rest[{mw1}:{lo}]}});
+            m_rest <= m_rest << {mk};
+            step <= step - {sw}'d1;
+        end
+        /* verilator lint_on WIDTH */
+        e_valid <= step == {sw}'d1 && !rst;
+    end
+"#,
+                chunks = l.chunks,
+                mw1 = mw - 1,
+                lo = mw - mk,
+                last = steps - 1,
+            ),
+        )
+    };
     let mut keys = vec![
+        ("EDECL", edecl),
+        ("EBODY", ebody),
+        ("MK", mk.to_string()),
         ("K", k.to_string()),
         ("NODE", l.node.clone()),
         ("IN", l.inputs.to_string()),

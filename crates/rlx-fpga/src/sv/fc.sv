@@ -67,13 +67,13 @@ module rlx_fc$K (
     logic [$OW:0] d_chan;
     logic [31:0] d_mult;
     logic [5:0] d_shift;
-    // Stage E: (acc << left) * multiplier, $PW bits.
+    // Stage E: (acc << left) * multiplier, $PW bits, $MK bits of the multiplier a cycle.
     logic [4:0] d_left, d_right, e_right;
     logic signed [$XS1:0] xs;
     logic signed [$PW1:0] e_prod;
     logic e_valid;
     logic [$OW:0] e_chan;
-    // Stage F (combinational, written into the output register): rounding, zero point, clamp.
+$EDECL    // Stage F (combinational, written into the output register): rounding, zero point, clamp.
     logic signed [$PW1:0] v;
     logic signed [$QW1:0] vq;
     logic signed [31:0] q, y, z;
@@ -158,17 +158,7 @@ $XMUX
     assign d_left = d_shift[5] ? 5'd0 : d_shift[4:0];
     assign d_right = d_shift[5] ? 5'd0 - d_shift[4:0] : 5'd0;
     assign xs = $XSEXT << d_left;
-    always_ff @(posedge clk) begin
-        // Operands as narrow as they are ($XS x 32 bits, the multiplier's top bit is 0), the
-        // product as wide as both: written with wider operands, yosys kept a $PW x $PW multiplier.
-        /* verilator lint_off WIDTH */
-        e_prod <= xs * $signed(d_mult);
-        /* verilator lint_on WIDTH */
-        e_right <= d_right;
-        e_valid <= d_valid && !rst;
-        e_chan <= d_chan;
-    end
-
+$EBODY
     // Stage F. SaturatingRoundingDoublingHighMul: (prod + nudge) / 2^31 truncated toward zero
     // (a floor shift, plus one for a negative value with a remainder); the multiplier is never
     // negative, so its one saturating case cannot occur.
