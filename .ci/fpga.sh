@@ -54,7 +54,7 @@ for reuse in 1 5; do
 done
 
 dir="$out/r16"
-"$rlx" export fpga --model "$model" --out "$dir" --reuse 16 --part hx8k --testset digits
+"$rlx" export fpga --model "$model" --out "$dir" --reuse 16 --part hx8k --testset digits | grep -v "^wrote "
 (cd "$dir" && verilator --lint-only -Wall --top-module rlx_board -f sources.f)
 echo "fpga: reuse 16: verilator -Wall lint clean"
 

@@ -22,10 +22,10 @@ pub fn testbench(d: &Design, samples: usize) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"`timescale 1ns / 1ps
-// Testbench: runs the {samples} samples of tb_inputs.hex through rlx_top one at a time and
+        r#"// Testbench: runs the {samples} samples of tb_inputs.hex through rlx_top one at a time and
 // compares the logits with the host INT8 run (tb_expect.hex) and the class with the label
 // (tb_labels.hex). Signals are driven and sampled on the falling edge, away from the design's.
+// No `timescale: the design has none (verilator rejects a mix), and delays are in plain units.
 module tb;
     logic clk = 1'b0;
     logic rst = 1'b1;
