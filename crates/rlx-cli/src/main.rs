@@ -61,7 +61,8 @@ enum Cmd {
     /// /v1/chat/completions, /v1/models, /health, /metrics); requests run one at a time.
     Serve(serve::ServeArgs),
     /// Export a QAT-trained, quantized checkpoint for a target: `rlx export cortexm --model CKPT
-    /// --out DIR` (int8 kernels for ARM Cortex-M, static data and a planned arena).
+    /// --out DIR` (int8 kernels for ARM Cortex-M, static data and a planned arena), or `rlx export
+    /// fpga --model CKPT --out DIR --reuse N` (SystemVerilog).
     Export(export::ExportArgs),
 }
 
