@@ -12,15 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-need=()
-for p in rustc-web cargo-web rust-web-src gcc-arm-none-eabi qemu-system-arm; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then sudo="sudo"; fi
-    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+bash .ci/apt-need.sh rustc-web cargo-web rust-web-src gcc-arm-none-eabi qemu-system-arm
 
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 rlx="${1:-$target_dir/debug/rlx}"

@@ -11,15 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 
-need=()
-for p in verilator iverilog yosys nextpnr-ice40 fpga-icestorm; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then sudo="sudo"; fi
-    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+bash .ci/apt-need.sh verilator iverilog yosys nextpnr-ice40 fpga-icestorm
 
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 rlx="${1:-$target_dir/debug/rlx}"

@@ -147,14 +147,14 @@ pub fn plan(g: &Graph, in_place: &dyn Fn(&Node) -> bool) -> Result<MemoryPlan> {
 }
 
 /// Whether node `v` may write its value straight into param `p`'s block: a
-/// `dynamic_update_slice` or `paged_kv_write` of `p` or a `fused` region reading `p` (both read what they overwrite
+/// node that updates `p` as its operand (`OpTraits::UPDATES_OPERAND`: `dynamic_update_slice`,
+/// `paged_kv_write`) or a `fused` region reading `p` (both read what they overwrite
 /// first or never), and no later step reads the old value.
 fn writes_param_in_place(g: &Graph, v: usize, p: NodeId, last_read: usize) -> bool {
     let nd = &g.nodes()[v];
     let fits = match nd.op {
-        Op::DynamicUpdateSlice(_) | Op::PagedKvWrite(_) => nd.inputs.first() == Some(&p),
         Op::Fused(_) => nd.inputs.contains(&p),
-        _ => false,
+        _ => nd.op.def().traits().contains(OpTraits::UPDATES_OPERAND) && nd.inputs.first() == Some(&p),
     };
     fits && last_read == v && !g.outputs().contains(&p)
 }

@@ -32,6 +32,9 @@ bitflags::bitflags! {
         const NORMALIZATION = 1 << 10;
         /// Output is not differentiable (comparisons, argmax, indices).
         const NON_DIFFERENTIABLE = 1 << 11;
+        /// The output is input 0 with some positions rewritten from the other inputs: a kernel
+        /// may write it over input 0's bytes (a param updated in place, as a KV cache).
+        const UPDATES_OPERAND = 1 << 12;
     }
 }
 

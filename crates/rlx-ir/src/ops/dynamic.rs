@@ -126,7 +126,7 @@ impl OpDef for DynamicUpdateSlice {
         "dynamic_update_slice"
     }
     fn traits(&self) -> OpTraits {
-        OpTraits::LINEAR
+        OpTraits::LINEAR | OpTraits::UPDATES_OPERAND
     }
     fn arity(&self) -> Arity {
         Arity::Exact(3)

@@ -36,7 +36,7 @@ impl OpDef for PagedKvWrite {
         "paged_kv_write"
     }
     fn traits(&self) -> OpTraits {
-        OpTraits::empty()
+        OpTraits::UPDATES_OPERAND
     }
     fn arity(&self) -> Arity {
         Arity::Exact(3)
