@@ -1,7 +1,7 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] |
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] |
 //! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
@@ -12,6 +12,7 @@ mod ops;
 mod peers;
 mod pjrt;
 mod probe;
+mod qmatmul;
 mod qwen3;
 mod stats;
 mod train;
@@ -90,6 +91,10 @@ fn main() {
             let batches = if nums.is_empty() { vec![1, 8] } else { nums.clone() };
             batches.iter().try_for_each(|&b| pjrt::compare(rlx_driver::Device::Mlx, b, 128, rounds, &mut py))
         }
+        Some("qmatmul") => {
+            header();
+            qmatmul::run(&if nums.is_empty() { vec![1, 2, 4, 8, 16, 128] } else { nums.clone() }, rounds)
+        }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
             header();
@@ -101,7 +106,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..]".into())
         }
     };
     if let Err(e) = r {

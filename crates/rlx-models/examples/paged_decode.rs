@@ -8,7 +8,8 @@
 //! `QUANT` (`q4_k`, `q8_0` or `none`) quantizes float weights on load.
 //! Prints tokens per second of `generate` (one sequence, contiguous f16 cache), then of
 //! `generate_paged` with 1, 4, 8 ... sequences (16-token prompts, `TOKENS` new tokens each,
-//! greedy, one sequence row per prompt), the median of 3 runs each.
+//! greedy, one sequence row per prompt), the median of 3 runs each. With `RLX_PROFILE=1` each
+//! figure is followed by its per-kernel time table (all runs, warm-up included).
 
 use rlx_driver::Device;
 use rlx_models::llm::{
@@ -47,6 +48,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| generate(&mut m, &prompt(0), &opts, |_| true).map(|s| s.decode_tok_s()))
         .collect::<Result<_, _>>()?;
     println!("generate (contiguous cache), 1 sequence: {:.1} tok/s decode", median(runs));
+    if rlx_cpu::kernels::profile::enabled() {
+        print!("{}", rlx_cpu::kernels::profile::report());
+        rlx_cpu::kernels::profile::reset();
+    }
     drop(m);
 
     for &b in &batches {
@@ -65,6 +70,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect::<Result<_, _>>()?;
         println!("generate_paged, {b} sequences: {:.1} tok/s (prefill included)", median(runs));
+        if rlx_cpu::kernels::profile::enabled() {
+            print!("{}", rlx_cpu::kernels::profile::report());
+            rlx_cpu::kernels::profile::reset();
+        }
     }
     Ok(())
 }

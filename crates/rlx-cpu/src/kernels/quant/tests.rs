@@ -227,7 +227,10 @@ fn repacked_groups_match_the_row_path_exactly_and_the_dequantized_reference() {
             let seed = 5000 + 100 * si as u64 + n as u64;
             let w = k_rows(s, n, blocks, seed);
             let rb = s.row_bytes(k).unwrap();
-            let x = rand(k, 1.0, seed + 1);
+            let mut x = rand(k, 1.0, seed + 1);
+            // Activations of -128 against the all-ones last block of `k_rows`: the largest
+            // partial sums the i16 accumulation of the AVX2 kernels must hold.
+            x[k - 256..].fill(-1.0);
             let mut a = vec![Q8K::default(); blocks];
             quantize_q8k(&x, &mut a);
             let mut ps = vec![[0i32; 4]; blocks];
@@ -356,7 +359,9 @@ fn repacked_prefill_matches_the_row_path_exactly() {
             let mut packed = vec![0u8; n.div_ceil(repack::ROWS) * gb];
             repack::repack(s, &w, n, k, &mut packed);
             for &m in ms {
-                let x = rand(m * k, 1.0, seed + m as u64);
+                let mut x = rand(m * k, 1.0, seed + m as u64);
+                // Row 0's last block at -128 (see the decode test).
+                x[k - 256..k].fill(-1.0);
                 let mut a = vec![Q8K::default(); m * blocks];
                 for (x, a) in x.chunks_exact(k).zip(a.chunks_exact_mut(blocks)) {
                     quantize_q8k(x, a);

@@ -1,6 +1,6 @@
 //! x86 kernels over the repacked eight-row groups (`repack.rs`): lane r of every vector is row r.
 //! Four values of eight rows load as one 32-byte vector and meet one broadcast 4-byte group of
-//! activations (`vpdpbusd`, or `maddubs` + `madd` on AVX2); block scales apply per lane; each
+//! activations (`vpdpbusd`, or `maddubs` summed in i16 on AVX2); block scales apply per lane; each
 //! lane's float steps are `combine_k`'s, so results match the row path bit for bit.
 
 use super::blocks4::{macc_avx2, macc_vnni};
@@ -8,12 +8,43 @@ use super::dot::Q8K;
 use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
 use std::arch::x86_64::*;
 
-/// `acc + ` u8 x i8 products summed in fours (AVX2: pairs to i16, then to i32; no saturation
-/// for the values here: at most 2 x 63 x 127 per pair).
+/// AVX2 sums u8 x i8 products in i16 lanes (`maddubs`, then `add`) and widens them once per
+/// run of steps with the sub-block scale folded into the `madd`: two multiplies per step fewer
+/// than widening every step. Each i16 lane gains at most 2 x (2^bits - 1) x 128 per step, so a
+/// run is at most `run_len` steps.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn dot_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+pub(super) fn step_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s))
+}
+
+/// The i16 pair sums of `step_avx2` times the per-lane scale `sc` (an i32 in 0..=255 or a
+/// sign-extended i16), summed to i32 lanes.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn widen_avx2(acc: __m256i, sc: __m256i) -> __m256i {
+    let sc16 = _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32::<16>(sc));
+    _mm256_madd_epi16(acc, sc16)
+}
+
+/// VNNI sums u8 x i8 products in fours straight into i32 lanes.
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+#[inline]
+pub(super) fn step_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(acc, u, s)
+}
+
+/// The i32 sums of `step_vnni` times the per-lane scale `sc`.
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+#[inline]
+pub(super) fn widen_vnni(acc: __m256i, sc: __m256i) -> __m256i {
+    _mm256_mullo_epi32(acc, sc)
+}
+
+/// Steps summed before widening (`step_*` / `widen_*`) for values of `bits` bits: i16 lanes hold
+/// 32767 / (2 x (2^bits - 1) x 128) steps; i32 lanes (`wide`) need no limit for one block.
+pub(super) const fn run_len(wide: bool, bits: u32) -> usize {
+    if wide { 8 } else { 32767 / (2 * ((1 << bits) - 1) * 128) }
 }
 
 /// Bit `j` of every byte of `h` moved to bit 4 (Q5_K: the fifth bit of sub-block j's values).
@@ -28,15 +59,8 @@ pub(super) fn high_bit(h: __m256i, j: usize) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x10))
 }
 
-/// As `dot_avx2`, one VNNI instruction.
-#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
-#[inline]
-fn dot_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(acc, u, s)
-}
-
 macro_rules! x8 {
-    ($m:ident, $feat:literal, $dot:ident, $macc:ident) => {
+    ($m:ident, $feat:literal, $step:ident, $widen:ident, $wide:literal, $macc:ident) => {
         /// Eight-row group kernels for one instruction set.
         pub mod $m {
             use super::*;
@@ -73,26 +97,29 @@ macro_rules! x8 {
                         let p = w.as_ptr().add(bi * gb);
                         let q8 = a.qs.as_ptr();
                         // Eight independent sums (one per 32-value sub-block), advanced in turn,
-                        // so the dot products' latency overlaps.
-                        let mut s = [_mm256_setzero_si256(); 8];
-                        for g in 0..8 {
-                            let h = if Q5 { load(p.add(Q5K_QH + 32 * g)) } else { _mm256_setzero_si256() };
-                            for c in 0..4 {
-                                let q = load(p.add(qs + 256 * c + 32 * g));
-                                let mut lo = _mm256_and_si256(q, m4);
-                                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                                if Q5 {
-                                    lo = _mm256_or_si256(lo, high_bit(h, 2 * c));
-                                    hi = _mm256_or_si256(hi, high_bit(h, 2 * c + 1));
-                                }
-                                s[2 * c] = $dot(s[2 * c], lo, bcast(q8.add(64 * c + 4 * g)));
-                                s[2 * c + 1] = $dot(s[2 * c + 1], hi, bcast(q8.add(64 * c + 32 + 4 * g)));
-                            }
-                        }
+                        // so the dot products' latency overlaps; widened every `run` steps.
+                        let run = run_len($wide, if Q5 { 5 } else { 4 }).min(8);
                         let mut isum = _mm256_setzero_si256();
-                        for (j, &sj) in s.iter().enumerate() {
-                            let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * j) as *const __m128i));
-                            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(sj, sc));
+                        for g0 in (0..8).step_by(run) {
+                            let mut s = [_mm256_setzero_si256(); 8];
+                            for g in g0..g0 + run {
+                                let h = if Q5 { load(p.add(Q5K_QH + 32 * g)) } else { _mm256_setzero_si256() };
+                                for c in 0..4 {
+                                    let q = load(p.add(qs + 256 * c + 32 * g));
+                                    let mut lo = _mm256_and_si256(q, m4);
+                                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                                    if Q5 {
+                                        lo = _mm256_or_si256(lo, high_bit(h, 2 * c));
+                                        hi = _mm256_or_si256(hi, high_bit(h, 2 * c + 1));
+                                    }
+                                    s[2 * c] = $step(s[2 * c], lo, bcast(q8.add(64 * c + 4 * g)));
+                                    s[2 * c + 1] = $step(s[2 * c + 1], hi, bcast(q8.add(64 * c + 32 + 4 * g)));
+                                }
+                            }
+                            for (j, &sj) in s.iter().enumerate() {
+                                let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 8 * j) as *const __m128i));
+                                isum = _mm256_add_epi32(isum, $widen(sj, sc));
+                            }
                         }
                         let mut msum = _mm256_setzero_si256();
                         for (q, &pair) in ps.iter().enumerate() {
@@ -149,9 +176,11 @@ macro_rules! x8 {
                                     hb(_mm256_srli_epi16::<6>(qh)),
                                 );
                                 let x = q8.add(16 * g);
-                                let s01 = $dot($dot(_mm256_setzero_si256(), v0, bcast(x)), v1, bcast(x.add(4)));
-                                let s23 = $dot($dot(_mm256_setzero_si256(), v2, bcast(x.add(8))), v3, bcast(x.add(12)));
-                                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(s01, s23), sc));
+                                // Two steps of 6-bit values per run (`run_len`).
+                                let s01 = $step($step(_mm256_setzero_si256(), v0, bcast(x)), v1, bcast(x.add(4)));
+                                let s23 =
+                                    $step($step(_mm256_setzero_si256(), v2, bcast(x.add(8))), v3, bcast(x.add(12)));
+                                isum = _mm256_add_epi32(isum, _mm256_add_epi32($widen(s01, sc), $widen(s23, sc)));
                             }
                         }
                         // The -32 offset of every value, taken out as 32 * sum(scale * bsum).
@@ -169,5 +198,5 @@ macro_rules! x8 {
     };
 }
 
-x8!(avx2, "avx2,fma,f16c", dot_avx2, macc_avx2);
-x8!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", dot_vnni, macc_vnni);
+x8!(avx2, "avx2,fma,f16c", step_avx2, widen_avx2, false, macc_avx2);
+x8!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", step_vnni, widen_vnni, true, macc_vnni);

@@ -5,29 +5,14 @@
 
 use super::dot::Q8K;
 use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
-use super::x8::high_bit;
+use super::x8::{high_bit, run_len, step_avx2, step_vnni, widen_avx2, widen_vnni};
 use super::{Isa, OutPtr};
 use crate::threads::parallel_for;
 use rlx_ir::QuantScheme;
 use std::arch::x86_64::*;
 
-/// `acc + ` u8 x i8 products summed in fours (AVX2: pairs to i16, then to i32; no saturation
-/// for the values here: at most 2 x 63 x 127 per pair).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn dot_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
-}
-
-/// As `dot_avx2`, one VNNI instruction.
-#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
-#[inline]
-fn dot_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(acc, u, s)
-}
-
 macro_rules! x8gemm {
-    ($m:ident, $feat:literal, $dot:ident, $macc:path, $MR:literal) => {
+    ($m:ident, $feat:literal, $step:ident, $widen:ident, $wide:literal, $macc:path, $MR:literal) => {
         /// Group kernels for MR activation rows, for one instruction set.
         pub mod $m {
             use super::*;
@@ -73,28 +58,32 @@ macro_rules! x8gemm {
                         let p = w.as_ptr().add(b * gb);
                         let q8: [*const i8; M] = std::array::from_fn(|i| a[i * nb + b].qs.as_ptr());
                         let mut isum = [_mm256_setzero_si256(); M];
+                        // Sums widened every `run` steps (`x8::run_len`).
+                        let run = run_len($wide, if Q5 { 5 } else { 4 }).min(8);
                         for c in 0..4 {
                             // Sub-blocks 2c (low nibbles) and 2c + 1 (high), 32 values each.
-                            let (mut lo, mut hi) = ([_mm256_setzero_si256(); M], [_mm256_setzero_si256(); M]);
-                            for g in 0..8 {
-                                let q = load(p.add(qs + 256 * c + 32 * g));
-                                let mut ql = _mm256_and_si256(q, m4);
-                                let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                                if Q5 {
-                                    let h = load(p.add(Q5K_QH + 32 * g));
-                                    ql = _mm256_or_si256(ql, high_bit(h, 2 * c));
-                                    qh = _mm256_or_si256(qh, high_bit(h, 2 * c + 1));
-                                }
-                                for i in 0..M {
-                                    lo[i] = $dot(lo[i], ql, bcast(q8[i].add(64 * c + 4 * g)));
-                                    hi[i] = $dot(hi[i], qh, bcast(q8[i].add(64 * c + 32 + 4 * g)));
-                                }
-                            }
                             let sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(32 + 16 * c) as *const __m128i));
                             let sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(40 + 16 * c) as *const __m128i));
-                            for i in 0..M {
-                                let t = _mm256_add_epi32(_mm256_mullo_epi32(lo[i], sl), _mm256_mullo_epi32(hi[i], sh));
-                                isum[i] = _mm256_add_epi32(isum[i], t);
+                            for g0 in (0..8).step_by(run) {
+                                let (mut lo, mut hi) = ([_mm256_setzero_si256(); M], [_mm256_setzero_si256(); M]);
+                                for g in g0..g0 + run {
+                                    let q = load(p.add(qs + 256 * c + 32 * g));
+                                    let mut ql = _mm256_and_si256(q, m4);
+                                    let mut qh = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                                    if Q5 {
+                                        let h = load(p.add(Q5K_QH + 32 * g));
+                                        ql = _mm256_or_si256(ql, high_bit(h, 2 * c));
+                                        qh = _mm256_or_si256(qh, high_bit(h, 2 * c + 1));
+                                    }
+                                    for i in 0..M {
+                                        lo[i] = $step(lo[i], ql, bcast(q8[i].add(64 * c + 4 * g)));
+                                        hi[i] = $step(hi[i], qh, bcast(q8[i].add(64 * c + 32 + 4 * g)));
+                                    }
+                                }
+                                for i in 0..M {
+                                    let t = _mm256_add_epi32($widen(lo[i], sl), $widen(hi[i], sh));
+                                    isum[i] = _mm256_add_epi32(isum[i], t);
+                                }
                             }
                         }
                         let mins: [__m256i; 4] = std::array::from_fn(|q| {
@@ -161,10 +150,13 @@ macro_rules! x8gemm {
                                     hb(_mm256_srli_epi16::<6>(qh)),
                                 );
                                 for i in 0..M {
+                                    // Two steps of 6-bit values per run (`x8::run_len`).
                                     let x = act[i].qs.as_ptr().add(16 * g);
-                                    let s01 = $dot($dot(_mm256_setzero_si256(), v0, bcast(x)), v1, bcast(x.add(4)));
-                                    let s = $dot($dot(s01, v2, bcast(x.add(8))), v3, bcast(x.add(12)));
-                                    isum[i] = _mm256_add_epi32(isum[i], _mm256_mullo_epi32(s, sc));
+                                    let s01 = $step($step(_mm256_setzero_si256(), v0, bcast(x)), v1, bcast(x.add(4)));
+                                    let s23 =
+                                        $step($step(_mm256_setzero_si256(), v2, bcast(x.add(8))), v3, bcast(x.add(12)));
+                                    isum[i] =
+                                        _mm256_add_epi32(isum[i], _mm256_add_epi32($widen(s01, sc), $widen(s23, sc)));
                                 }
                             }
                         }
@@ -187,8 +179,8 @@ macro_rules! x8gemm {
     };
 }
 
-x8gemm!(avx2, "avx2,fma,f16c", dot_avx2, super::super::blocks4::macc_avx2, 2);
-x8gemm!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", dot_vnni, super::super::blocks4::macc_vnni, 4);
+x8gemm!(avx2, "avx2,fma,f16c", step_avx2, widen_avx2, false, super::super::blocks4::macc_avx2, 4);
+x8gemm!(vnni, "avx2,fma,f16c,avx512vnni,avx512vl", step_vnni, widen_vnni, true, super::super::blocks4::macc_vnni, 4);
 
 /// Groups per task: each task streams its groups' weights once per block of activation rows.
 const GROUPS_PER_TASK: usize = 2;
