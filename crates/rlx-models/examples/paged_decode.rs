@@ -23,6 +23,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Under `RLX_PROFILE=1`, prints the kernel table of the runs so far and clears it.
+fn print_profile() {
+    if rlx_cpu::kernels::profile::enabled() {
+        print!("{}", rlx_cpu::kernels::profile::report());
+        rlx_cpu::kernels::profile::reset();
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let path = args.first().ok_or("usage: paged_decode MODEL.gguf [TOKENS] [QUANT] [BATCHES...]")?;
@@ -48,10 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| generate(&mut m, &prompt(0), &opts, |_| true).map(|s| s.decode_tok_s()))
         .collect::<Result<_, _>>()?;
     println!("generate (contiguous cache), 1 sequence: {:.1} tok/s decode", median(runs));
-    if rlx_cpu::kernels::profile::enabled() {
-        print!("{}", rlx_cpu::kernels::profile::report());
-        rlx_cpu::kernels::profile::reset();
-    }
+    print_profile();
     drop(m);
 
     for &b in &batches {
@@ -70,10 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect::<Result<_, _>>()?;
         println!("generate_paged, {b} sequences: {:.1} tok/s (prefill included)", median(runs));
-        if rlx_cpu::kernels::profile::enabled() {
-            print!("{}", rlx_cpu::kernels::profile::report());
-            rlx_cpu::kernels::profile::reset();
-        }
+        print_profile();
     }
     Ok(())
 }

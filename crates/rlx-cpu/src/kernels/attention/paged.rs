@@ -229,23 +229,10 @@ fn run_item<Q: Compute, K: Compute<C = Q::C>>(simd: bool, w: &Work<'_, Q, K>, it
     }
 }
 
-/// A page element widened to the compute type `C`.
-trait Widen<C>: Copy + Sync {
-    /// `dst[i] = src[i]` widened (equal lengths).
-    fn widen_slice(src: &[Self], dst: &mut [C]);
-}
-
-impl<K: Compute + Sync> Widen<K::C> for K {
-    #[inline(always)]
-    fn widen_slice(src: &[K], dst: &mut [K::C]) {
-        K::load_slice(src, dst)
-    }
-}
-
-crate::simd_entry!(item_entry = item_body<Q: Compute, K: Widen<Q::C>>(w: &Work<'_, Q, K>, it: &Item, sc: &mut Scratch<Q::C>));
+crate::simd_entry!(item_entry = item_body<Q: Compute, K: Compute<C = Q::C>>(w: &Work<'_, Q, K>, it: &Item, sc: &mut Scratch<Q::C>));
 
 #[inline(always)]
-fn item_body<Q: Compute, K: Widen<Q::C>, const FMA: bool>(w: &Work<'_, Q, K>, it: &Item, sc: &mut Scratch<Q::C>) {
+fn item_body<Q: Compute, K: Compute<C = Q::C>, const FMA: bool>(w: &Work<'_, Q, K>, it: &Item, sc: &mut Scratch<Q::C>) {
     let g = &w.g;
     let (d, dv, grp) = (g.d, g.dv, g.heads / g.kvh);
     let rows = it.nt * grp;
@@ -291,8 +278,8 @@ fn item_body<Q: Compute, K: Widen<Q::C>, const FMA: bool>(w: &Work<'_, Q, K>, it
             let page = int_at(tdt, tables, it.row * g.blocks + j / g.ps) as usize;
             let slot = (page * g.kvh + it.kv) * g.ps + j % g.ps;
             let (ks, vs) = (&w.k[slot * d..(slot + 1) * d], &w.v[slot * dv..(slot + 1) * dv]);
-            K::widen_slice(ks, &mut sc.kb[jj * d..(jj + 1) * d]);
-            K::widen_slice(vs, &mut sc.vb[jj * dv..(jj + 1) * dv]);
+            K::load_slice(ks, &mut sc.kb[jj * d..(jj + 1) * d]);
+            K::load_slice(vs, &mut sc.vb[jj * dv..(jj + 1) * dv]);
         }
         scores::<Q::C, FMA>(&sc.q, d, &sc.kb, d, &mut sc.p, rows4, nk);
         for r in 0..rows {
