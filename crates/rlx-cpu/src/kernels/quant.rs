@@ -30,6 +30,8 @@ mod neon;
 mod packed;
 mod repack;
 #[cfg(target_arch = "x86_64")]
+mod x16gemm;
+#[cfg(target_arch = "x86_64")]
 mod x8;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -47,19 +47,15 @@ pub(super) const fn run_len(wide: bool, bits: u32) -> usize {
     if wide { 8 } else { 32767 / (2 * ((1 << bits) - 1) * 128) }
 }
 
-/// Blocks ahead that the group kernels prefetch. Groups lie one after another in the order a
-/// thread takes them, so the address past a group's last block is the next group's first; the
-/// hardware prefetcher alone left the batched kernels waiting on memory.
-const PREFETCH_BLOCKS: usize = 2;
-
-/// Prefetches the block `PREFETCH_BLOCKS` blocks of `gb` bytes past the one at `p` (a hint: an
-/// address past the weights is never dereferenced).
+/// Prefetches into L2 the `gb` bytes `dist` past `p`: the batched kernels pass the same block
+/// of the groups the thread takes next (its share of groups lies in order in memory), which
+/// the hardware prefetcher alone left them waiting for. Into L1 it evicted the activations.
 #[inline(always)]
-pub(super) fn prefetch_ahead(p: *const u8, gb: usize) {
-    let ahead = p.wrapping_add(PREFETCH_BLOCKS * gb);
+pub(super) fn prefetch_ahead(p: *const u8, gb: usize, dist: usize) {
+    let ahead = p.wrapping_add(dist);
     for l in (0..gb).step_by(64) {
-        // SAFETY: a prefetch never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(l) as *const i8) };
+        // SAFETY: a prefetch never faults, whatever the address (past the weights it is dropped).
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(l) as *const i8) };
     }
 }
 

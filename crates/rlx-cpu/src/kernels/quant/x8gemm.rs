@@ -6,7 +6,7 @@
 use super::dot::Q8K;
 use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC, ROWS};
 use super::x8::{high_bit, prefetch_ahead, run_len, step_avx2, step_vnni, widen_avx2, widen_vnni};
-use super::{Isa, OutPtr};
+use super::{Isa, OutPtr, x16gemm};
 use crate::threads::parallel_for;
 use rlx_ir::QuantScheme;
 use std::arch::x86_64::*;
@@ -56,7 +56,7 @@ macro_rules! x8gemm {
                     // SAFETY: block b of the group and of each activation row (asserted above).
                     unsafe {
                         let p = w.as_ptr().add(b * gb);
-                        prefetch_ahead(p, gb);
+                        prefetch_ahead(p, gb, nb * gb);
                         let q8: [*const i8; M] = std::array::from_fn(|i| a[i * nb + b].qs.as_ptr());
                         let mut isum = [_mm256_setzero_si256(); M];
                         // Sums widened every `run` steps (`x8::run_len`).
@@ -126,7 +126,7 @@ macro_rules! x8gemm {
                     // SAFETY: block b of the group and of each activation row (asserted above).
                     unsafe {
                         let p = w.as_ptr().add(b * Q6K_GB);
-                        prefetch_ahead(p, Q6K_GB);
+                        prefetch_ahead(p, Q6K_GB, nb * Q6K_GB);
                         let act: [&Q8K; M] = std::array::from_fn(|i| &a[i * nb + b]);
                         let (mut isum, mut off) = ([_mm256_setzero_si256(); M], [_mm256_setzero_si256(); M]);
                         for pr in 0..8 {
@@ -199,17 +199,17 @@ const M_BLOCK: usize = 64;
 
 /// Calls `$isa::$f::<mr>` for run-time `mr <= MR` and writes the rows to `y`.
 macro_rules! group_rows {
-    ($isa:ident, $f:ident, [$($g:tt)*], $mr:expr, $out:ident, ($($arg:expr),*)) => {{
+    ($isa:ident, $f:ident, [$($g:tt)*], $mr:expr, $lanes:expr, $out:ident, ($($arg:expr),*)) => {{
         // SAFETY: `isa` was detected on this CPU; the kernels check the slice sizes.
         match $mr {
-            8 => { let mut o = [[0f32; ROWS]; 8]; unsafe { $isa::$f::<$($g)* 8>($($arg),*, &mut o) }; $out(&o) }
-            7 => { let mut o = [[0f32; ROWS]; 7]; unsafe { $isa::$f::<$($g)* 7>($($arg),*, &mut o) }; $out(&o) }
-            6 => { let mut o = [[0f32; ROWS]; 6]; unsafe { $isa::$f::<$($g)* 6>($($arg),*, &mut o) }; $out(&o) }
-            5 => { let mut o = [[0f32; ROWS]; 5]; unsafe { $isa::$f::<$($g)* 5>($($arg),*, &mut o) }; $out(&o) }
-            4 => { let mut o = [[0f32; ROWS]; 4]; unsafe { $isa::$f::<$($g)* 4>($($arg),*, &mut o) }; $out(&o) }
-            3 => { let mut o = [[0f32; ROWS]; 3]; unsafe { $isa::$f::<$($g)* 3>($($arg),*, &mut o) }; $out(&o) }
-            2 => { let mut o = [[0f32; ROWS]; 2]; unsafe { $isa::$f::<$($g)* 2>($($arg),*, &mut o) }; $out(&o) }
-            _ => { let mut o = [[0f32; ROWS]; 1]; unsafe { $isa::$f::<$($g)* 1>($($arg),*, &mut o) }; $out(&o) }
+            8 => { let mut o = [[0f32; $lanes]; 8]; unsafe { $isa::$f::<$($g)* 8>($($arg),*, &mut o) }; $out(&o) }
+            7 => { let mut o = [[0f32; $lanes]; 7]; unsafe { $isa::$f::<$($g)* 7>($($arg),*, &mut o) }; $out(&o) }
+            6 => { let mut o = [[0f32; $lanes]; 6]; unsafe { $isa::$f::<$($g)* 6>($($arg),*, &mut o) }; $out(&o) }
+            5 => { let mut o = [[0f32; $lanes]; 5]; unsafe { $isa::$f::<$($g)* 5>($($arg),*, &mut o) }; $out(&o) }
+            4 => { let mut o = [[0f32; $lanes]; 4]; unsafe { $isa::$f::<$($g)* 4>($($arg),*, &mut o) }; $out(&o) }
+            3 => { let mut o = [[0f32; $lanes]; 3]; unsafe { $isa::$f::<$($g)* 3>($($arg),*, &mut o) }; $out(&o) }
+            2 => { let mut o = [[0f32; $lanes]; 2]; unsafe { $isa::$f::<$($g)* 2>($($arg),*, &mut o) }; $out(&o) }
+            _ => { let mut o = [[0f32; $lanes]; 1]; unsafe { $isa::$f::<$($g)* 1>($($arg),*, &mut o) }; $out(&o) }
         }
     }};
 }
@@ -233,9 +233,23 @@ pub fn gemm(
     assert!(isa != Isa::Scalar);
     assert!(packed.len() >= groups * gb && act.len() >= m * nb && (s == QuantScheme::Q6_K || ps.len() >= m * nb));
     let mr = if isa == Isa::Vnni { vnni::MR } else { avx2::MR };
+    let zmm = isa == Isa::Vnni && x16gemm::available();
     parallel_for(groups.div_ceil(GROUPS_PER_TASK), &|t| {
         let (g0, g1) = (t * GROUPS_PER_TASK, ((t + 1) * GROUPS_PER_TASK).min(groups));
         for i0 in (0..m).step_by(M_BLOCK) {
+            if zmm && g1 - g0 == 2 {
+                pair(
+                    s,
+                    (&packed[g0 * gb..(g0 + 1) * gb], &packed[(g0 + 1) * gb..(g0 + 2) * gb]),
+                    act,
+                    ps,
+                    nb,
+                    (i0, m),
+                    (g0, n),
+                    y,
+                );
+                continue;
+            }
             for gi in g0..g1 {
                 let w = &packed[gi * gb..(gi + 1) * gb];
                 let rows = ROWS.min(n - gi * ROWS);
@@ -251,15 +265,52 @@ pub fn gemm(
                     };
                     let (a, p) = (&act[i * nb..], if s == QuantScheme::Q6_K { ps } else { &ps[i * nb..] });
                     match (isa, s) {
-                        (Isa::Vnni, QuantScheme::Q4_K) => group_rows!(vnni, q4k, [false,], mr, put, (w, a, p, nb)),
-                        (Isa::Vnni, QuantScheme::Q5_K) => group_rows!(vnni, q4k, [true,], mr, put, (w, a, p, nb)),
-                        (Isa::Vnni, _) => group_rows!(vnni, q6k, [], mr, put, (w, a, nb)),
-                        (_, QuantScheme::Q4_K) => group_rows!(avx2, q4k, [false,], mr, put, (w, a, p, nb)),
-                        (_, QuantScheme::Q5_K) => group_rows!(avx2, q4k, [true,], mr, put, (w, a, p, nb)),
-                        _ => group_rows!(avx2, q6k, [], mr, put, (w, a, nb)),
+                        (Isa::Vnni, QuantScheme::Q4_K) => {
+                            group_rows!(vnni, q4k, [false,], mr, ROWS, put, (w, a, p, nb))
+                        }
+                        (Isa::Vnni, QuantScheme::Q5_K) => group_rows!(vnni, q4k, [true,], mr, ROWS, put, (w, a, p, nb)),
+                        (Isa::Vnni, _) => group_rows!(vnni, q6k, [], mr, ROWS, put, (w, a, nb)),
+                        (_, QuantScheme::Q4_K) => group_rows!(avx2, q4k, [false,], mr, ROWS, put, (w, a, p, nb)),
+                        (_, QuantScheme::Q5_K) => group_rows!(avx2, q4k, [true,], mr, ROWS, put, (w, a, p, nb)),
+                        _ => group_rows!(avx2, q6k, [], mr, ROWS, put, (w, a, nb)),
                     }
                 }
             }
         }
     });
+}
+
+/// Activation rows `i0..` (one block of `M_BLOCK`, at most `m`) times the groups `g0` and
+/// `g0 + 1` (`w`), by `x16gemm`'s kernels, into `y` (`n` columns).
+#[allow(clippy::too_many_arguments)]
+fn pair(
+    s: QuantScheme,
+    w: (&[u8], &[u8]),
+    act: &[Q8K],
+    ps: &[[i32; 4]],
+    nb: usize,
+    (i0, m): (usize, usize),
+    (g0, n): (usize, usize),
+    y: OutPtr,
+) {
+    use x16gemm::{LANES, MR};
+    // Only the last group can be short, and the first of a pair never is.
+    let rows = ROWS + ROWS.min(n - (g0 + 1) * ROWS);
+    for i in (i0..(i0 + M_BLOCK).min(m)).step_by(MR) {
+        let mr = MR.min(m - i);
+        let put = |o: &[[f32; LANES]]| {
+            for (ii, o) in o.iter().enumerate() {
+                for (r, &v) in o.iter().enumerate().take(rows) {
+                    // SAFETY: (i + ii, g0 * 8 + r) is inside the output; only this task writes groups g0 and g0 + 1.
+                    unsafe { *y.at((i + ii) * n + g0 * ROWS + r) = v };
+                }
+            }
+        };
+        let (a, p) = (&act[i * nb..], if s == QuantScheme::Q6_K { ps } else { &ps[i * nb..] });
+        match s {
+            QuantScheme::Q4_K => group_rows!(x16gemm, q4k, [false,], mr, LANES, put, (w, a, p, nb)),
+            QuantScheme::Q5_K => group_rows!(x16gemm, q4k, [true,], mr, LANES, put, (w, a, p, nb)),
+            _ => group_rows!(x16gemm, q6k, [], mr, LANES, put, (w, a, nb)),
+        }
+    }
 }
