@@ -2,7 +2,8 @@
 # pyrlx in CI: a fresh venv with maturin, numpy, ml_dtypes and pytest; `pip install ./pyrlx`
 # (maturin builds the abi3 wheel); then the pytest suite. Run from the repository root.
 set -euo pipefail
-venv=target/pyrlx-venv
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+venv="$target_dir/pyrlx-venv"
 if [ ! -x "$venv/bin/python" ]; then
     # System site packages: the MiniLM weights package installed above is visible to the tests.
     python3 -m venv --system-site-packages "$venv"
@@ -14,5 +15,5 @@ export PATH="$PWD/$venv/bin:$PATH"
 "$venv/bin/python" -m pip install -q maturin pytest numpy ml_dtypes
 # Its own target dir: no lock contention with the workspace build, and reused between runs. The
 # `ci` profile (opt-level 1) builds faster than release; benchmarks use `maturin develop --release`.
-MATURIN_PEP517_ARGS="--profile ci" CARGO_TARGET_DIR="$PWD/target/pyrlx" "$venv/bin/python" -m pip install -q --no-build-isolation ./pyrlx
+MATURIN_PEP517_ARGS="--profile ci" CARGO_TARGET_DIR="$target_dir/pyrlx" "$venv/bin/python" -m pip install -q --no-build-isolation ./pyrlx
 "$venv/bin/python" -m pytest -q pyrlx/tests
