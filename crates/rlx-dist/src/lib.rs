@@ -148,6 +148,38 @@ pub trait Collective {
     fn abort(&self, code: i32) -> !;
 }
 
+/// Shared ownership passes every op through: a caller can keep a handle (to abort the job on its
+/// own error) while a training step owns another.
+impl<C: Collective + ?Sized> Collective for std::rc::Rc<C> {
+    fn rank(&self) -> usize {
+        (**self).rank()
+    }
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+    fn timeout(&self) -> Duration {
+        (**self).timeout()
+    }
+    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()> {
+        (**self).all_reduce_sum_f32(buf)
+    }
+    fn all_reduce_mean_f32(&self, buf: &mut [f32]) -> Result<()> {
+        (**self).all_reduce_mean_f32(buf)
+    }
+    fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        (**self).broadcast_bytes(root, buf)
+    }
+    fn barrier(&self) -> Result<()> {
+        (**self).barrier()
+    }
+    fn abort(&self, code: i32) -> ! {
+        (**self).abort(code)
+    }
+}
+
 /// A 64-bit FNV-1a hash of `bytes` (to compare params across ranks without moving them).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

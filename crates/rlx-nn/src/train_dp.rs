@@ -106,7 +106,10 @@ pub struct DpStats {
 /// The grad graph of `model` (outputs `[loss]`): outputs `[loss, grad of each param]`, unscaled
 /// under mixed precision. Returns it with the params in grad order and their types, and the state
 /// mixed precision declares.
-fn build_grad_graph(model: &Graph, cfg: &TrainConfig) -> DpResult<(Graph, Vec<(String, Shape)>, Vec<ParamSpec>)> {
+/// Names and types of params.
+type Typed = Vec<(String, Shape)>;
+
+fn build_grad_graph(model: &Graph, cfg: &TrainConfig) -> DpResult<(Graph, Typed, Vec<ParamSpec>)> {
     let (model, scale, extra) = match &cfg.amp {
         Some(mp) => {
             let (m, s, specs) = amp::scaled_model(model, mp)?;
