@@ -389,7 +389,7 @@ fn run(out: &mut dyn Write, args: &TrainArgs, device: Device, comm: Option<Rc<rl
             "train loss {:.3} -> {:.3}; held-out {:.3} -> {:.3}",
             f.1,
             l.1,
-            vals[0].1,
+            vals.first().map_or(f32::NAN, |v| v.1),
             vals.last().map_or(f32::NAN, |v| v.1)
         )?;
     }

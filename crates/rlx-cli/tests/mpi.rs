@@ -59,10 +59,10 @@ fn one(extra: &[&str]) -> Output {
 /// `mpirun -np 2 rlx train` with the tiny model and `extra`; `tag` marks the ranks' environment.
 fn mpirun(extra: &[&str], tag: &str) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "RLX_NUM_THREADS=1", "-x", "RLX_MPI_TEST_TAG"])
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "RLX_NUM_THREADS=1", "-x", "TEST_RLX_MPI_TAG"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("RLX_MPI_TEST_TAG", tag)
+        .env("TEST_RLX_MPI_TAG", tag)
         .arg(env!("CARGO_BIN_EXE_rlx"))
         .arg("train")
         .args(TINY)
@@ -148,7 +148,7 @@ fn two_ranks_train_like_one_process_and_resume() {
 
 /// The pid of rank `rank` of the job whose ranks carry `tag` in their environment.
 fn rank_pid(tag: &str, rank: usize) -> Option<u32> {
-    let want = [format!("RLX_MPI_TEST_TAG={tag}"), format!("OMPI_COMM_WORLD_RANK={rank}")];
+    let want = [format!("TEST_RLX_MPI_TAG={tag}"), format!("OMPI_COMM_WORLD_RANK={rank}")];
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let env = std::fs::read(e.path().join("environ")).ok()?;
@@ -204,7 +204,7 @@ fn a_killed_rank_ends_the_job_within_30_s_and_the_checkpoint_loads() {
     println!("rank 1 killed: the job ended in {:.1} s with {:?}; stderr:\n{err}", took.as_secs_f64(), o.status);
     assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
     assert!(!o.status.success());
-    assert!(err.contains("rank 1") || err.contains("rank"), "no message naming the rank: {err}");
+    assert!(err.contains("rank 1"), "no message naming the rank: {err}");
     gpt::load(&out.join("model.safetensors")).expect("the last checkpoint loads");
     std::fs::remove_dir_all(out).ok();
 }
