@@ -129,8 +129,9 @@ impl Evaluator {
 
 /// The training step: one process, or one rank of a data-parallel group.
 enum Stepper {
-    One(TrainStep),
-    Dp(DataParallelStep),
+    // Boxed: the two differ in size by hundreds of bytes.
+    One(Box<TrainStep>),
+    Dp(Box<DataParallelStep>),
 }
 
 impl Stepper {
@@ -297,8 +298,8 @@ fn run(out: &mut dyn Write, args: &TrainArgs, device: Device, comm: Option<Rc<rl
     let t0 = Instant::now();
     let mut step = match &comm {
         // Params and optimizer state are broadcast from rank 0: every rank starts equal.
-        Some(c) => Stepper::Dp(DataParallelStep::new(&g, &store, &opt, &tc, Box::new(c.clone()))?),
-        None => Stepper::One(TrainStep::new(&g, &store, &opt, &tc)?),
+        Some(c) => Stepper::Dp(Box::new(DataParallelStep::new(&g, &store, &opt, &tc, Box::new(c.clone()))?)),
+        None => Stepper::One(Box::new(TrainStep::new(&g, &store, &opt, &tc)?)),
     };
     // Evaluation and samples are rank 0's alone.
     let mut eval = if root { Some(Evaluator::new(&cfg, args.batch, val_toks, device, args.seed)?) } else { None };
