@@ -145,6 +145,25 @@ fn two_ranks_with_adamw_equal_one_process_accumulating_the_shards_bit_for_bit() 
     assert_eq!(ranks[0].1, one_losses);
 }
 
+/// One rank (`Local`) is `TrainStep` split in two graphs: the grad graph must read the params the
+/// update graph wrote (the CPU caches packed weights by param version), so 20 steps agree bit for bit.
+#[test]
+fn one_local_rank_equals_train_step_bit_for_bit() {
+    let cfg = TrainConfig { clip_norm: Some(1.0), ..TrainConfig::default() };
+    let (one, one_losses) = train_one(&adamw(), 8, 20, cfg);
+    let (gc, tokens) = tiny_gpt();
+    let (g, specs) = gpt::loss_graph(&gc, 8).unwrap();
+    let store = ParamStore::init(&specs, 0).unwrap();
+    let mut step = DataParallelStep::new(&g, &store, &adamw(), &cfg, Box::new(rlx_dist::Local)).unwrap();
+    let mut losses = vec![];
+    for (x, y) in &batches(&tokens, gc.ctx, 8, 20) {
+        losses.extend(step.step(&[("x", x), ("y", y)]).unwrap());
+    }
+    assert!(same_bits(&step.params().unwrap(), &one), "differs by {:.3e}", max_rel(&step.params().unwrap(), &one));
+    assert_eq!(losses, one_losses);
+    assert!(max_rel(&store, &one) > 1e-2, "the params moved");
+}
+
 #[test]
 fn accumulation_and_mixed_precision_keep_ranks_equal() {
     let sgd = Sgd { lr: Schedule::Constant(0.1), momentum: 0.9, nesterov: false };
