@@ -69,6 +69,12 @@ pub enum DpError {
         /// Its dtype.
         dtype: DType,
     },
+    /// An input the step needs was not given.
+    #[error("input `{name}` was not given")]
+    MissingInput {
+        /// The input.
+        name: String,
+    },
     /// Params differ between ranks.
     #[error(
         "rank {rank}: params and optimizer state differ from rank 0's (hash {mine:016x}, rank 0 {root:016x}); {differing} of {size} ranks differ"
@@ -127,6 +133,10 @@ fn build_grad_graph(model: &Graph, cfg: &TrainConfig) -> DpResult<(Graph, Typed,
         // Finiteness is checked after the average, in the update graph: every rank then skips alike.
         let (l, gr, _) = amp::unscale(&mut g, s, loss, &grads);
         (loss, grads) = (l, gr);
+    }
+    // The loss shares the flat f32 buffer with the grads.
+    if g.dtype(loss) != DType::F32 || !rlx_ir::ops::rules::dims(&g, loss).is_empty() {
+        return Err(Error::eval("data_parallel", "the model's first output (the loss) must be an f32 scalar").into());
     }
     let mut typed = vec![];
     for ((id, name), gr) in params.iter().zip(&grads) {
@@ -204,6 +214,28 @@ pub fn shard_rows(name: &str, t: &HostTensor, rank: usize, size: usize) -> DpRes
     Ok(bytes[rank * per..(rank + 1) * per].to_vec())
 }
 
+/// Where the update graph's input comes from.
+enum UpdateInput {
+    /// Bytes of the flat buffer (an averaged grad).
+    Grad(std::ops::Range<usize>),
+    /// An input the caller gives (`lr`).
+    Given(String),
+}
+
+/// `given`'s bytes in the input order of `exe`; every input must be given.
+fn in_graph_order<'a>(exe: &CompiledGraph, given: &'a [(String, Vec<u8>)]) -> DpResult<Vec<&'a [u8]>> {
+    exe.inputs()
+        .iter()
+        .map(|(n, _)| {
+            given
+                .iter()
+                .find(|(m, _)| m == n)
+                .map(|(_, b)| b.as_slice())
+                .ok_or(DpError::MissingInput { name: n.clone() })
+        })
+        .collect()
+}
+
 /// A data-parallel training step over the ranks of a [`Collective`].
 pub struct DataParallelStep {
     grad: CompiledGraph,
@@ -214,6 +246,8 @@ pub struct DataParallelStep {
     noise: Vec<(String, Shape)>,
     /// Update-graph inputs other than grads (given whole to every rank).
     opt_inputs: Vec<String>,
+    /// The update graph's inputs in its order.
+    update_inputs: Vec<UpdateInput>,
     /// Params in grad order, with element counts.
     grads: Vec<(String, usize)>,
     /// Everything the update graph holds.
@@ -274,6 +308,21 @@ impl DataParallelStep {
         let shared: Vec<&str> = grad_params.iter().map(String::as_str).collect();
         grad.share_params_from(&update, &shared)?;
         let grads: Vec<(String, usize)> = params.iter().map(|(n, s)| (n.clone(), s.numel().unwrap_or(0))).collect();
+        // Byte ranges of the grads in the flat buffer `[loss, grads...]`.
+        let mut ranges = vec![];
+        let mut at = 4;
+        for (_, n) in &grads {
+            ranges.push(at..at + n * 4);
+            at += n * 4;
+        }
+        let update_inputs = update
+            .inputs()
+            .iter()
+            .map(|(n, _)| match n.strip_prefix(GRAD_PREFIX).and_then(|p| grads.iter().position(|g| g.0 == p)) {
+                Some(i) => UpdateInput::Grad(ranges[i].clone()),
+                None => UpdateInput::Given(n.clone()),
+            })
+            .collect();
         let len = 1 + grads.iter().map(|g| g.1).sum::<usize>();
         let stats = DpStats { bytes_per_update: len * 4, ..DpStats::default() };
         let mut step = DataParallelStep {
@@ -283,6 +332,7 @@ impl DataParallelStep {
             batch_inputs,
             noise,
             opt_inputs,
+            update_inputs,
             grads,
             names,
             accum: cfg.accum,
@@ -357,11 +407,11 @@ impl DataParallelStep {
     /// loss over them, the same on every rank; `None` on the micro-steps before.
     pub fn step(&mut self, inputs: &[(&str, &HostTensor)]) -> DpResult<Option<f32>> {
         let (rank, size) = (self.comm.rank(), self.comm.size());
-        let mut grad_in: Vec<(String, Vec<u8>, DType)> = vec![];
-        let mut opt_in: Vec<(String, Vec<f32>)> = vec![];
+        let mut grad_in: Vec<(String, Vec<u8>)> = vec![];
+        let mut opt_in: Vec<(String, Vec<u8>)> = vec![];
         for &(name, t) in inputs {
             if self.opt_inputs.iter().any(|n| n == name) {
-                opt_in.push((name.to_string(), t.to_f32_vec()?));
+                opt_in.push((name.to_string(), t.to_bytes()));
                 continue;
             }
             let Some((_, shape)) = self.batch_inputs.iter().find(|(n, _)| n == name) else {
@@ -380,7 +430,7 @@ impl DataParallelStep {
                 }
                 return Err(DpError::BatchShape { name: name.into(), got, expected, ranks: size });
             }
-            grad_in.push((name.to_string(), shard_rows(name, t, rank, size)?, t.dtype()));
+            grad_in.push((name.to_string(), shard_rows(name, t, rank, size)?));
         }
         for (name, shape) in &self.noise {
             let mut dims = shape.dims_fixed().map_err(|e| Error::eval("noise", e))?;
@@ -388,18 +438,19 @@ impl DataParallelStep {
                 *d *= size;
             }
             let global = noise_tensor(&Shape::new(&dims, shape.dtype), self.seed, self.calls, name)?;
-            grad_in.push((name.clone(), shard_rows(name, &global, rank, size)?, shape.dtype));
+            grad_in.push((name.clone(), shard_rows(name, &global, rank, size)?));
         }
-        let typed: Vec<(&str, &[u8], DType)> = grad_in.iter().map(|(n, b, d)| (n.as_str(), b.as_slice(), *d)).collect();
-        let outs = self.grad.run_typed(&typed)?;
+        let ins = in_graph_order(&self.grad, &grad_in)?;
+        // The loss and the grads land straight in the flat buffer the all-reduce takes.
+        let mut outs: Vec<&mut [u8]> = Vec::with_capacity(self.grads.len() + 1);
+        let mut rest: &mut [u8] = bytemuck::cast_slice_mut(&mut self.flat[..]);
+        for n in std::iter::once(1).chain(self.grads.iter().map(|g| g.1)) {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n * 4);
+            outs.push(head);
+            rest = tail;
+        }
+        self.grad.run_into(&ins, &mut outs)?;
         self.calls += 1;
-        let mut at = 0;
-        for (bytes, _) in &outs {
-            for (dst, b) in self.flat[at..].iter_mut().zip(bytes.chunks_exact(4)) {
-                *dst = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-            at += bytes.len() / 4;
-        }
         self.micro += 1;
         if self.accum > 1 {
             self.acc.iter_mut().zip(&self.flat).for_each(|(a, x)| *a += x);
@@ -418,15 +469,20 @@ impl DataParallelStep {
         self.stats.last_allreduce = t.elapsed();
         self.stats.allreduce += self.stats.last_allreduce;
         self.stats.updates += 1;
-        let mut upd: Vec<(String, &[f32])> = Vec::with_capacity(self.grads.len() + opt_in.len());
-        let mut at = 1;
-        for (name, n) in &self.grads {
-            upd.push((format!("{GRAD_PREFIX}{name}"), &self.flat[at..at + n]));
-            at += n;
+        // The update graph reads the averaged grads from the flat buffer, with no copy.
+        let flat: &[u8] = bytemuck::cast_slice(&self.flat);
+        let mut ins: Vec<&[u8]> = Vec::with_capacity(self.update_inputs.len());
+        for src in &self.update_inputs {
+            ins.push(match src {
+                UpdateInput::Grad(bytes) => &flat[bytes.clone()],
+                UpdateInput::Given(name) => match opt_in.iter().find(|(n, _)| n == name) {
+                    Some((_, b)) => b,
+                    None => return Err(DpError::MissingInput { name: name.clone() }),
+                },
+            });
         }
-        upd.extend(opt_in.iter().map(|(n, v)| (n.clone(), v.as_slice())));
-        let named: Vec<(&str, &[f32])> = upd.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-        self.update.run(&named)?;
+        let mut count = [0u8; 4];
+        self.update.run_into(&ins, &mut [&mut count[..]])?;
         Ok(Some(self.flat[0]))
     }
 

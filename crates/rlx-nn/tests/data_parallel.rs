@@ -186,10 +186,11 @@ fn an_uneven_batch_and_ranks_out_of_sync_are_errors() {
     let store = ParamStore::init(&specs, 0).unwrap();
     let mut rng = Rng::new(1);
     let (x5, y5) = gpt::batch(&tokens, 5, gc.ctx, &mut rng).unwrap();
+    let (x4, _) = gpt::batch(&tokens, 4, gc.ctx, &mut rng).unwrap();
     let hs: Vec<_> = thread_group(2)
         .into_iter()
         .map(|c| {
-            let (g, store, x5, y5) = (g.clone(), store.clone(), x5.clone(), y5.clone());
+            let (g, store, x5, y5, x4) = (g.clone(), store.clone(), x5.clone(), y5.clone(), x4.clone());
             std::thread::spawn(move || {
                 let rank = c.rank();
                 let cfg = TrainConfig::default();
@@ -198,6 +199,8 @@ fn an_uneven_batch_and_ranks_out_of_sync_are_errors() {
                 assert!(matches!(e, DpError::Uneven { rows: 5, ranks: 2, .. }), "{e}");
                 let e = step.step(&[("nope", &x5)]).unwrap_err();
                 assert!(e.to_string().contains("`nope`"), "{e}");
+                let e = step.step(&[("x", &x4)]).unwrap_err();
+                assert!(matches!(&e, DpError::MissingInput { name } if name == "y"), "{e}");
                 step.check_in_sync().unwrap();
                 if rank == 1 {
                     let mut w = step.params().unwrap().get("wpe.w").unwrap().clone();
