@@ -348,9 +348,12 @@ fn run(out: &mut dyn Write, args: &TrainArgs, device: Device, comm: Option<Rc<rl
             writeln!(out, "step {}/{total}  loss {loss:.3}  {tps:.0} tok/s  ETA {eta:.0} s", s + 1)?;
         }
         let last = s + 1 == total;
-        if let (true, Some(eval), Some(sampler)) =
-            (last || (args.sample_every > 0 && (s + 1) % args.sample_every == 0), &mut eval, &mut sampler)
-        {
+        let checkpoint = last || (args.sample_every > 0 && (s + 1) % args.sample_every == 0);
+        if let (true, Stepper::Dp(dp)) = (checkpoint, &step) {
+            // Rank 0's checkpoint stands for every rank: check that they agree (every rank calls it).
+            dp.check_in_sync()?;
+        }
+        if let (true, Some(eval), Some(sampler)) = (checkpoint, &mut eval, &mut sampler) {
             let params = step.params()?;
             let v = eval.loss(&params)?;
             vals.push((s + 1, v));
@@ -367,7 +370,8 @@ fn run(out: &mut dyn Write, args: &TrainArgs, device: Device, comm: Option<Rc<rl
     bar.finish();
     let secs = t_train.elapsed().as_secs_f64();
     if let Stepper::Dp(dp) = &step {
-        // Every rank must hold the params rank 0 saved.
+        // Every rank holds the params rank 0 saved (checked at each checkpoint, and here for a run
+        // that had no step to take).
         dp.check_in_sync()?;
         let st = dp.stats();
         writeln!(
