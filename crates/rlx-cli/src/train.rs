@@ -1,19 +1,24 @@
 //! `rlx train`: a character-level GPT on a bundled public-domain text (or any text file), with a
 //! progress bar, samples as it goes, a loss-curve PNG and a resumable safetensors checkpoint.
+//! Under `mpirun` (feature `mpi`) it trains data-parallel: `--batch` is the global batch, each rank
+//! computes the gradients of its rows, and rank 0 alone writes logs, samples, curves and checkpoints.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rlx::nn::gpt::{self, CharGpt, GptConfig, SampleOptions};
 use rlx::nn::optim::Schedule;
+use rlx::nn::train_dp::DataParallelStep;
 use rlx::nn::{Adam, MixedPrecision, ParamStore, Rng, TrainConfig, TrainStep};
 use rlx::prelude::*;
+use rlx_dist::Collective;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 /// Hamlet, Macbeth and Romeo and Juliet (public domain; made by tools/shakespeare_text.py).
 const BUNDLED: &str = include_str!("../../../data/shakespeare.txt");
 
-type Res = Result<(), Box<dyn std::error::Error>>;
+type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Options of `rlx train`.
 #[derive(clap::Args, Debug, Clone)]
@@ -74,6 +79,14 @@ pub struct TrainArgs {
     /// (faster than f32 for wide models, about even for the default one); f16 is slower.
     #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
     pub amp: String,
+    /// Train data-parallel over the MPI ranks of `mpirun -np N rlx train ...` (on by itself when
+    /// mpirun starts more than one process); needs a build with the `mpi` feature.
+    #[arg(long)]
+    pub distributed: bool,
+    /// Seconds a rank waits in one collective (for a dead or stalled peer, or rank 0 writing a
+    /// checkpoint and samples) before the job is aborted.
+    #[arg(long, default_value_t = 60.0)]
+    pub dist_timeout: f64,
 }
 
 fn read_text(args: &TrainArgs) -> Result<String, Box<dyn std::error::Error>> {
@@ -114,12 +127,111 @@ impl Evaluator {
     }
 }
 
-/// Runs `rlx train`.
+/// The training step: one process, or one rank of a data-parallel group.
+enum Stepper {
+    // Boxed: the two differ in size by hundreds of bytes.
+    One(Box<TrainStep>),
+    Dp(Box<DataParallelStep>),
+}
+
+impl Stepper {
+    /// One update of `accum` micro-batches of `batch` rows (the global batch under data
+    /// parallelism: every rank draws the same rows and trains on its share); returns its loss.
+    fn update(&mut self, accum: usize, mut next: impl FnMut() -> rlx::Result<(HostTensor, HostTensor)>) -> Res<f32> {
+        let mut loss = 0.0;
+        for _ in 0..accum {
+            let (x, y) = next()?;
+            match self {
+                Stepper::One(s) => loss += s.step(&[("x", &x), ("y", &y)])? / accum as f32,
+                Stepper::Dp(s) => {
+                    if let Some(l) = s.step(&[("x", &x), ("y", &y)])? {
+                        loss = l;
+                    }
+                }
+            }
+        }
+        Ok(loss)
+    }
+
+    fn params(&self) -> Res<ParamStore> {
+        Ok(match self {
+            Stepper::One(s) => s.params()?,
+            Stepper::Dp(s) => s.params()?,
+        })
+    }
+
+    fn state(&self) -> Res<ParamStore> {
+        Ok(match self {
+            Stepper::One(s) => s.state()?,
+            Stepper::Dp(s) => s.state()?,
+        })
+    }
+}
+
+/// Runs `rlx train`: in this process, or data-parallel over MPI when asked (`--distributed`) or
+/// started by mpirun with more than one process.
 pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
+    let launched = rlx_dist::launcher_world_size();
+    if !args.distributed && launched.is_none_or(|n| n <= 1) {
+        return run(out, args, device, None);
+    }
+    if !(args.dist_timeout.is_finite() && args.dist_timeout > 0.0) {
+        return Err(format!("--dist-timeout must be a positive number of seconds, got {}", args.dist_timeout).into());
+    }
+    let comm = rlx_dist::Mpi::init(Duration::from_secs_f64(args.dist_timeout)).map_err(|e| match launched {
+        Some(n) if !args.distributed => format!("started by mpirun with {n} processes, but {e}"),
+        _ => e.to_string(),
+    })?;
+    let comm = Rc::new(comm);
+    let rank = comm.rank();
+    let mut sink = std::io::sink();
+    // Rank 0 alone writes the log: the others' would repeat it.
+    let log: &mut dyn Write = if rank == 0 { out } else { &mut sink };
+    match run(log, args, device, Some(comm.clone())) {
+        Ok(()) => Ok(()),
+        // The other ranks may be waiting in a collective for this one: end the job now.
+        Err(e) if comm.size() > 1 => {
+            eprintln!("error: rank {rank} of {}: {e}", comm.size());
+            comm.abort(1)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a checkpoint to resume from: rank 0 reads the file and broadcasts its bytes, so that
+/// the other ranks need not see the same file system.
+fn read_resume(path: &Path, comm: Option<&Rc<rlx_dist::Mpi>>) -> Res<(gpt::GptConfig, ParamStore, usize)> {
+    let Some(comm) = comm else { return Ok(gpt::resume(path)?) };
+    let mut bytes = vec![];
+    let mut failed = None;
+    if comm.rank() == 0 {
+        match std::fs::read(path) {
+            Ok(b) => bytes = b,
+            Err(e) => failed = Some(format!("{}: {e}", path.display())),
+        }
+    }
+    comm.broadcast_bytes(0, &mut bytes)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    if bytes.is_empty() {
+        return Err(format!("{}: rank 0 could not read the checkpoint (or it is empty)", path.display()).into());
+    }
+    Ok(gpt::resume_from_bytes(&bytes, path)?)
+}
+
+fn run(out: &mut dyn Write, args: &TrainArgs, device: Device, comm: Option<Rc<rlx_dist::Mpi>>) -> Res {
+    let (rank, ranks) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
+    let root = rank == 0;
+    if args.batch == 0 || !args.batch.is_multiple_of(ranks) {
+        return Err(
+            format!("--batch {} (the global batch) does not split evenly over {ranks} ranks", args.batch).into()
+        );
+    }
     let text = read_text(args)?;
     let (cfg, mut store, start) = match &args.resume {
         Some(p) => {
-            let (cfg, store, step) = gpt::resume(p)?;
+            let (cfg, store, step) = read_resume(p, comm.as_ref())?;
             writeln!(out, "resuming {} at step {step}", p.display())?;
             (cfg, store, step)
         }
@@ -145,7 +257,8 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
         )
         .into());
     }
-    let (g, specs) = gpt::loss_graph(&cfg, args.batch)?;
+    // Each rank's graph takes its share of the global batch.
+    let (g, specs) = gpt::loss_graph(&cfg, args.batch / ranks)?;
     if args.resume.is_none() {
         store = ParamStore::init(&specs, args.seed)?;
     }
@@ -164,6 +277,14 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
         args.batch,
         args.accum
     )?;
+    if let Some(c) = &comm {
+        writeln!(
+            out,
+            "data-parallel over {ranks} {} ranks: {} sequences per rank per micro-step",
+            c.kind(),
+            args.batch / ranks
+        )?;
+    }
     let total = args.steps.max(start);
     let lr = Schedule::WarmupCosine { peak: args.lr, warmup: args.warmup, total, end: args.lr / 10.0 };
     let opt = Adam { b2: 0.99, ..Adam::adamw(lr, 0.1) };
@@ -175,15 +296,22 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     let clip_norm = (args.clip > 0.0).then_some(args.clip);
     let tc = TrainConfig { accum: args.accum, clip_norm, seed: args.seed, device, amp };
     let t0 = Instant::now();
-    let mut step = TrainStep::new(&g, &store, &opt, &tc)?;
-    let mut eval = Evaluator::new(&cfg, args.batch, val_toks, device, args.seed)?;
-    let mut sampler = CharGpt::new(cfg.clone(), &store, device)?;
+    let mut step = match &comm {
+        // Params and optimizer state are broadcast from rank 0: every rank starts equal.
+        Some(c) => Stepper::Dp(Box::new(DataParallelStep::new(&g, &store, &opt, &tc, Box::new(c.clone()))?)),
+        None => Stepper::One(Box::new(TrainStep::new(&g, &store, &opt, &tc)?)),
+    };
+    // Evaluation and samples are rank 0's alone.
+    let mut eval = if root { Some(Evaluator::new(&cfg, args.batch, val_toks, device, args.seed)?) } else { None };
+    let mut sampler = if root { Some(CharGpt::new(cfg.clone(), &store, device)?) } else { None };
     writeln!(out, "compiled the training step in {:.1} s", t0.elapsed().as_secs_f64())?;
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    if root {
+        std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    }
     let ckpt = args.out.join("model.safetensors");
     let png = args.out.join("loss.png");
 
-    let bar = ProgressBar::new(total as u64);
+    let bar = if root { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{bar:30.cyan/blue} step {pos}/{len} {msg} ETA {eta}")?.progress_chars("=> "),
     );
@@ -193,17 +321,18 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     let (mut losses, mut vals) = (vec![], vec![]);
     let tokens_per_step = (args.batch * cfg.ctx * args.accum) as f64;
     let t_train = Instant::now();
-    let first_val = eval.loss(&step.params()?)?;
-    vals.push((start, first_val));
-    let msg = format!("step {start}: held-out loss {first_val:.3} (ln vocab = {:.3})", (cfg.vocab_size() as f32).ln());
-    bar.suspend(|| writeln!(out, "{msg}"))?;
+    if let Some(eval) = &mut eval {
+        let first_val = eval.loss(&step.params()?)?;
+        vals.push((start, first_val));
+        let msg =
+            format!("step {start}: held-out loss {first_val:.3} (ln vocab = {:.3})", (cfg.vocab_size() as f32).ln());
+        bar.suspend(|| writeln!(out, "{msg}"))?;
+    }
     let every = (total / 20).max(1);
     for s in start..total {
-        let mut loss = 0.0;
-        for _ in 0..args.accum {
-            let (x, y) = gpt::batch(train_toks, args.batch, cfg.ctx, &mut rng)?;
-            loss += step.step(&[("x", &x), ("y", &y)])? / args.accum as f32;
-        }
+        // Under data parallelism the loss is the mean over the ranks: the same on every rank, so
+        // all stop here alike.
+        let loss = step.update(args.accum, || gpt::batch(train_toks, args.batch, cfg.ctx, &mut rng))?;
         if !loss.is_finite() {
             bar.abandon();
             return Err(format!("step {}: the loss is {loss}; lower --lr", s + 1).into());
@@ -219,7 +348,12 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
             writeln!(out, "step {}/{total}  loss {loss:.3}  {tps:.0} tok/s  ETA {eta:.0} s", s + 1)?;
         }
         let last = s + 1 == total;
-        if last || (args.sample_every > 0 && (s + 1) % args.sample_every == 0) {
+        let checkpoint = last || (args.sample_every > 0 && (s + 1) % args.sample_every == 0);
+        if let (true, Stepper::Dp(dp)) = (checkpoint, &step) {
+            // Rank 0's checkpoint stands for every rank: check that they agree (every rank calls it).
+            dp.check_in_sync()?;
+        }
+        if let (true, Some(eval), Some(sampler)) = (checkpoint, &mut eval, &mut sampler) {
             let params = step.params()?;
             let v = eval.loss(&params)?;
             vals.push((s + 1, v));
@@ -235,6 +369,19 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
     }
     bar.finish();
     let secs = t_train.elapsed().as_secs_f64();
+    if let Stepper::Dp(dp) = &step {
+        // Every rank holds the params rank 0 saved (checked at each checkpoint, and here for a run
+        // that had no step to take).
+        dp.check_in_sync()?;
+        let st = dp.stats();
+        writeln!(
+            out,
+            "all-reduce: {:.3} ms per step ({} KB per rank per step), {:.1}% of the training time; ranks in sync",
+            st.allreduce.as_secs_f64() * 1e3 / st.updates.max(1) as f64,
+            st.bytes_per_update / 1024,
+            100.0 * st.allreduce.as_secs_f64() / secs.max(1e-9)
+        )?;
+    }
     let steps_run = total - start;
     writeln!(
         out,
@@ -247,7 +394,7 @@ pub fn train(out: &mut impl Write, args: &TrainArgs, device: Device) -> Res {
             "train loss {:.3} -> {:.3}; held-out {:.3} -> {:.3}",
             f.1,
             l.1,
-            vals[0].1,
+            vals.first().map_or(f32::NAN, |v| v.1),
             vals.last().map_or(f32::NAN, |v| v.1)
         )?;
     }
@@ -400,6 +547,8 @@ mod tests {
             out: dir.clone(),
             resume: None,
             amp: "f16".into(), // with accumulation and resume: the loss scale is state too
+            distributed: false,
+            dist_timeout: 60.0,
         };
         let mut log = vec![];
         train(&mut log, &args, Device::Cpu).unwrap();

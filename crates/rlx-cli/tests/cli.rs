@@ -87,3 +87,22 @@ fn inspect_reads_a_gguf_file_and_rejects_a_bad_one() {
     assert!(text(&out.stderr).contains("not a GGUF file"), "{}", text(&out.stderr));
     std::fs::remove_file(&p).unwrap();
 }
+
+/// Without the `mpi` feature, asking for (or being started for) data-parallel training says how
+/// to get it instead of training alone N times over.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn distributed_training_without_mpi_says_how_to_get_it() {
+    let out = rlx(&["train", "--distributed", "--steps", "1"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("rebuild with --features mpi"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .args(["train", "--steps", "1"])
+        .output()
+        .expect("the rlx binary runs");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("started by mpirun with 2 processes") && err.contains("--features mpi"), "{err}");
+}

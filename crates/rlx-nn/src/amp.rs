@@ -78,16 +78,22 @@ pub(crate) fn unscale(g: &mut Graph, scale: NodeId, loss: NodeId, grads: &[NodeI
     let inv = g.div(one, scale);
     let loss = g.mul(loss, inv);
     let grads: Vec<NodeId> = grads.iter().map(|&x| g.mul(x, inv)).collect();
+    let finite = all_finite(g, &grads);
+    (loss, grads, finite)
+}
+
+/// A bool scalar that is true when every element of `grads` is finite (an abs-sum per grad,
+/// compared with +inf: nan and inf both fail).
+pub(crate) fn all_finite(g: &mut Graph, grads: &[NodeId]) -> NodeId {
     let mut total = g.scalar(0.0, DType::F32);
-    for &x in &grads {
+    for &x in grads {
         let a = g.abs(x);
         let axes: Vec<i64> = (0..dims(g, a).len() as i64).collect();
         let s = if axes.is_empty() { a } else { g.sum(a, &axes, false) };
         total = g.add(total, s);
     }
     let inf = g.scalar(f64::INFINITY, DType::F32);
-    let finite = g.lt(total, inf);
-    (loss, grads, finite)
+    g.lt(total, inf)
 }
 
 /// The next scale and good-step count: halve and reset on a non-finite step, double after

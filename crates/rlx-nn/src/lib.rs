@@ -17,6 +17,7 @@ pub mod module;
 pub mod optim;
 pub mod quant;
 pub mod train;
+pub mod train_dp;
 
 pub use amp::{MixedPrecision, PrecisionPolicy};
 pub use init::{Init, Rng};
@@ -24,3 +25,4 @@ pub use layers::{Activation, Conv2d, Embedding, LayerNorm, Linear, Mlp, RmsNorm,
 pub use module::{Builder, ParamSpec, ParamStore};
 pub use optim::{Adam, Optimizer, Schedule, Sgd};
 pub use train::{TrainConfig, TrainStep};
+pub use train_dp::{DataParallelStep, DpError};
