@@ -3,7 +3,8 @@
 //! the grid's own tasks as they first read it (`LazyB`, for a B given as a view): each thread
 //! then runs its own band of columns, and the first row tile of each panel reads B's rows,
 //! computes, and stores the packed panel in one pass (`Kernel::pack_tile`). No pass over all of B
-//! before the product, no packed line read from the other core's cache, and A read in place.
+//! before the product, no packed line read from the other core's cache, and A read in place
+//! (copied first only when its rows alias in L1, `restride_a`).
 
 use super::blocked::{RowBands, direct_a, even_span, gemm_direct, kc_for};
 use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MAX_TASKS, MatMut, MatRef, restride_a};
@@ -150,10 +151,11 @@ pub(super) unsafe fn grid<T: GemmElem>(
     // Held while the tasks read the padded copy of A, if one is made. A is read by rows, in
     // place or from that copy: MR-row panels of all of A packed first (for the 12-row tiles)
     // cost more than they saved once the 12-row kernel read rows from four pointers in asm
-    // (session 22 in docs/benchmarks-history.md). A kernel that packs B in its tiles prefetches
-    // A's rows too, and reads them in place (no copy).
+    // (session 22 in docs/benchmarks-history.md). The copy also where the tiles pack B: their
+    // prefetch of A's rows covers the aliasing where L1 has 12 ways (Zen 5), not where it has 8
+    // (Zen 4: 58-64% of the FMA peak at 1024-4096 in place, 76-90% copied; session 31).
     let _copy_of_a;
-    let a = match lazy.map_or_else(|| restride_a(m, n, k, a, threads), |_| None) {
+    let a = match restride_a(m, n, k, a, threads) {
         Some((guard, view)) => {
             _copy_of_a = guard;
             view

@@ -438,8 +438,9 @@ const A_ROW_PAD: usize = 64;
 
 /// A row-major A whose rows lie a multiple of 4 KiB apart (k = 1024, 2048, 3072 in f32) maps every
 /// row of a micro-tile to one L1 set, more rows than the cache has ways: the micro-kernel then
-/// reads A from L2. Since the AVX-512 tile prefetches A's rows (`avx512_full`), in place and
-/// copied run level on a Zen 5 (docs/benchmarks-history.md); the copy stays for the other kernels.
+/// reads A from L2. The AVX-512 tile prefetches A's rows (`avx512_full`): in place and copied run
+/// level on a Zen 5 (12-way L1), but in place lost a quarter on a Zen 4 (8-way), so A is copied for
+/// every kernel (docs/benchmarks-history.md, sessions 24 and 31).
 /// For products wide enough to amortize it, copies A once into the shared buffer with a padded
 /// row stride and returns the guard and the view of the copy; None keeps A in place (not aliased,
 /// narrow, the buffer busy, or called from a pool task: the caller that split the work decides,
