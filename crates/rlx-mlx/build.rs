@@ -57,10 +57,18 @@ fn main() {
     });
     match built {
         Ok(so) => {
+            // A reinstalled or upgraded libmlx rebuilds the shim.
+            if let Ok(root) = mlx_root() {
+                println!("cargo:rerun-if-changed={}", root.join("include/mlx/mlx.h").display());
+            }
             println!("cargo:rustc-env=RLX_MLX_SHIM={}", so.display());
             println!("cargo:rustc-env=RLX_MLX_MISSING=");
         }
         Err(why) => {
+            // A path that never exists: cargo reruns this script on every build until libmlx is
+            // found, so installing it afterwards needs no `cargo clean` (the check is one python
+            // call).
+            println!("cargo:rerun-if-changed={}", out.join("libmlx-not-found").display());
             println!(
                 "cargo:warning=rlx-mlx: libmlx not found ({why}); Device::Mlx will be unavailable. Install it with `pip install \"mlx[cpu]\"` (Linux) or `pip install mlx` (macOS), or set MLX_DIR"
             );
