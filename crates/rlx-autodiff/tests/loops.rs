@@ -411,3 +411,18 @@ fn cond_and_fori_loop_run_on_the_cpu() {
         assert_close("fori grad", &vals(&got[1]), &vals(&want[1]), 1e-12);
     }
 }
+
+/// Loops and their derivatives (scans with several carries, reversed, with a length) survive the
+/// text and JSON forms: the sub-graphs print as their ops' attributes and parse back equal.
+#[test]
+fn loop_graphs_round_trip_through_text_and_json() {
+    let g = multi_scan();
+    let ids: Vec<NodeId> = ["h0", "xs", "us", "w"].iter().map(|n| leaf(&g, n).unwrap()).collect();
+    for h in [grad_with_loss(&g, &ids).unwrap(), jvp(&g, &["h0", "w"]).unwrap(), newton(usize::MAX)] {
+        let text = h.to_text();
+        let back = Graph::from_text(&text).unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+        assert_eq!(back, h);
+        assert_eq!(back.to_text(), text);
+        assert_eq!(Graph::from_json(&h.to_json()).unwrap(), h);
+    }
+}
