@@ -21,6 +21,11 @@ impl rlx_ir::ops::control::Transforms for Ad {
         let ids: Vec<NodeId> = wrt.iter().filter_map(|&k| inputs.get(k).map(|(id, _)| *id)).collect();
         crate::api::vjp(g, &ids)
     }
+    fn vmap(&self, g: &Graph, batched: &[usize], size: usize) -> Result<Graph> {
+        let inputs = g.inputs();
+        let names: Vec<&str> = batched.iter().filter_map(|&k| inputs.get(k).map(|(_, n)| *n)).collect();
+        crate::batch::vmap(g, &names, size)
+    }
 }
 
 /// Whether the transforms treat node `id` as differentiable (a float value of a differentiable op).

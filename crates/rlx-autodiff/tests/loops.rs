@@ -426,3 +426,29 @@ fn loop_graphs_round_trip_through_text_and_json() {
         assert_eq!(Graph::from_json(&h.to_json()).unwrap(), h);
     }
 }
+
+/// vmap of a scan is one scan of the batched body (no unrolling): it matches running each
+/// example alone, on the reference and on the CPU.
+#[test]
+fn vmap_of_a_scan_is_a_scan() {
+    let g = multi_scan();
+    let v = rlx_autodiff::vmap(&g, &["h0", "us"], 3).unwrap();
+    assert!(compiled_nodes(&v).1 >= 1);
+    assert!(v.len() < 40, "{} nodes", v.len());
+    let base = multi_feeds();
+    let r = |n: usize, seed: u64| rlx_ir::ops::util::rand_f64(n, -1.0, 1.0, seed);
+    let (h0s, uss) = (r(9, 11), r(18, 12));
+    let mut feeds: Feeds = base.iter().filter(|(n, _)| n != "h0" && n != "us").cloned().collect();
+    feeds.push(("h0".into(), f64s(&[3, 3], &h0s)));
+    feeds.push(("us".into(), f64s(&[3, 6], &uss)));
+    let mut want = vec![];
+    for b in 0..3 {
+        let mut f: Feeds = base.iter().filter(|(n, _)| n != "h0" && n != "us").cloned().collect();
+        f.push(("h0".into(), f64s(&[3], &h0s[3 * b..3 * b + 3])));
+        f.push(("us".into(), f64s(&[6], &uss[6 * b..6 * b + 6])));
+        want.extend(vals(&eval(&g, &f)[0]));
+    }
+    for got in [eval(&v, &feeds), cpu(&v, &feeds)] {
+        assert_close("vmap", &vals(&got[0]), &want, 1e-12);
+    }
+}

@@ -17,6 +17,9 @@ pub trait Transforms {
     /// Reverse mode of `g` for its inputs `wrt`: a graph whose inputs are `g`'s then one
     /// cotangent per output, and whose outputs are `g`'s outputs then one cotangent per `wrt`.
     fn vjp(&self, g: &Graph, wrt: &[usize]) -> Result<Graph>;
+    /// `g` batched over a new leading axis of `size` on its inputs `batched`: every output gains
+    /// the axis. The inputs may come out in another order (they keep their names).
+    fn vmap(&self, g: &Graph, batched: &[usize], size: usize) -> Result<Graph>;
 }
 
 /// Transform rules of an op that holds graphs (`OpDef::nested`). Each returns None to let the
@@ -41,6 +44,19 @@ pub trait NestedRules {
         cotangent: NodeId,
         tx: &dyn Transforms,
     ) -> Option<Result<Vec<Option<NodeId>>>>;
+    /// Batching: inputs flagged in `batched` carry a leading axis of `size`; the output gets
+    /// it too. None: the transform falls back to the decomposition.
+    fn batch_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        let _ = (g, ins, batched, size, tx);
+        None
+    }
     /// Whether `other`, on the same operands, is another result of this op (a scan's carries
     /// and stacked outputs are nodes of one loop): reverse mode then pulls their cotangents
     /// back together (`vjp_joint`), in one reverse loop instead of one per result.
@@ -301,6 +317,48 @@ impl Scan {
     }
 }
 
+impl Scan {
+    /// vmap as one scan of the batched body: every carry batched (a batched sequence or const
+    /// reaches the carries after a step), batched sequences `[B, T, ..]` scanned as `[T, B, ..]`,
+    /// stacked outputs `[T, B, ..]` turned back to `[B, T, ..]`.
+    fn batch_rule(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Result<NodeId> {
+        let (nc, nx) = (self.num_carry, self.num_xs);
+        let nb = self.body.inputs().len();
+        let swap01 = |g: &mut Graph, x: NodeId| {
+            let mut perm: Vec<usize> = (0..crate::ops::rules::dims(g, x).len()).collect();
+            perm.swap(0, 1);
+            g.transpose(x, &perm)
+        };
+        let mut args = vec![];
+        for (i, &x) in ins.iter().enumerate() {
+            args.push(match (i < nc, i < nc + nx, batched[i]) {
+                (true, _, false) => crate::ops::rules::add_batch(g, x, size),
+                (false, true, true) => swap01(g, x),
+                _ => x,
+            });
+        }
+        let wrt: Vec<usize> = (0..nb).filter(|&i| i < nc || batched[i]).collect();
+        let vb = tx.vmap(&self.body, &wrt, size)?;
+        // Back to the body's operand order, by name.
+        let names: Vec<String> = self.body.inputs().iter().map(|(_, n)| n.to_string()).collect();
+        let vin: Vec<String> = vb.inputs().iter().map(|(_, n)| n.to_string()).collect();
+        let order: Vec<usize> = names.iter().filter_map(|n| vin.iter().position(|m| m == n)).collect();
+        let body = reorder_inputs(&vb, &order);
+        let y = g.try_add(Scan { body: Box::new(body), ..self.clone() }, &args)?;
+        Ok(match self.output {
+            ScanOutput::Carry => y,
+            ScanOutput::Ys => swap01(g, y),
+        })
+    }
+}
+
 /// The trip count of `s` applied to `ins` in `g`.
 fn trips_of(s: &Scan, g: &Graph, ins: &[NodeId]) -> std::result::Result<usize, String> {
     let shapes: Vec<Shape> =
@@ -331,6 +389,16 @@ impl NestedRules for Scan {
     }
     fn joins(&self, other: &Op) -> bool {
         matches!(other, Op::Scan(s) if s.same_loop(self))
+    }
+    fn batch_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        Some(self.batch_rule(g, ins, batched, size, tx))
     }
     fn vjp_joint(
         &self,
