@@ -115,6 +115,10 @@ pub(crate) fn batch_node_how(
 ) -> Result<(NodeId, BatchedBy)> {
     let node = &src.nodes()[id.index()];
     let def = node.op.def();
+    // Control flow batches its bodies (a scan stays one scan of the batched body).
+    if let Some(r) = def.nested().and_then(|n| n.batch_nested(dst, ins, flags, size, &crate::diff::Ad)) {
+        return Ok((r?, BatchedBy::Rule));
+    }
     if let Some(v) = def.batch(dst, ins, flags, size) {
         return Ok((v, BatchedBy::Rule));
     }

@@ -2,11 +2,12 @@
 //! op's samples), not written by hand.
 
 use crate::batch::{BatchedBy, batch_node_how};
-use crate::diff::differentiable;
+use crate::diff::{Ad, differentiable};
 use rlx_ir::{Graph, NodeId, Op, OpTraits, Shape, testkit};
 use std::collections::BTreeMap;
 
 /// How each transform handles one op: "rule", "linear" (the op applied to tangents),
+/// "forward-only" (reverse mode refused with an error, as for `while_loop` in JAX),
 /// "decomposed", "loop" (unrolled batch), "zero (non-diff)" / "zero (int)" (zero tangents for
 /// non-differentiable ops or integer samples), "n/a" (leaf) or "missing".
 #[derive(Debug, Clone, Default)]
@@ -50,7 +51,8 @@ pub fn coverage() -> BTreeMap<String, Coverage> {
         } else {
             let mut h = g.clone();
             let ts: Vec<Option<NodeId>> = ins.iter().map(|&x| g.dtype(x).is_float().then_some(x)).collect();
-            let j = if def.jvp(&mut h, &ins, &ts, out).is_some() {
+            let nested_j = def.nested().and_then(|n| n.jvp_nested(&mut h, &ins, &ts, out, &Ad));
+            let j = if nested_j.is_some_and(|r| r.is_ok()) || def.jvp(&mut h, &ins, &ts, out).is_some() {
                 "rule"
             } else if def.traits().contains(OpTraits::LINEAR) {
                 "linear"
@@ -60,7 +62,10 @@ pub fn coverage() -> BTreeMap<String, Coverage> {
                 "missing"
             };
             let mut h = g.clone();
-            let v = if def.vjp(&mut h, &ins, out, out).is_some() {
+            let nested_v = def.nested().and_then(|n| n.vjp_nested(&mut h, &ins, out, out, &Ad));
+            let v = if matches!(nested_v, Some(Err(_))) {
+                "forward-only"
+            } else if nested_v.is_some() || def.vjp(&mut h, &ins, out, out).is_some() {
                 "rule"
             } else if def.decompose(&mut h, &ins).is_some() {
                 "decomposed"

@@ -7,6 +7,27 @@ use rlx_ir::{Error, Graph, NodeId, OpTraits, Result};
 use std::collections::HashMap;
 use std::ops::Range;
 
+/// The transforms as control-flow rules need them for their bodies (`ops::control::Transforms`).
+pub(crate) struct Ad;
+
+impl rlx_ir::ops::control::Transforms for Ad {
+    fn jvp(&self, g: &Graph, wrt: &[usize]) -> Result<Graph> {
+        let inputs = g.inputs();
+        let names: Vec<&str> = wrt.iter().filter_map(|&k| inputs.get(k).map(|(_, n)| *n)).collect();
+        crate::api::jvp(g, &names)
+    }
+    fn vjp(&self, g: &Graph, wrt: &[usize]) -> Result<Graph> {
+        let inputs = g.inputs();
+        let ids: Vec<NodeId> = wrt.iter().filter_map(|&k| inputs.get(k).map(|(id, _)| *id)).collect();
+        crate::api::vjp(g, &ids)
+    }
+    fn vmap(&self, g: &Graph, batched: &[usize], size: usize) -> Result<Graph> {
+        let inputs = g.inputs();
+        let names: Vec<&str> = batched.iter().filter_map(|&k| inputs.get(k).map(|(_, n)| *n)).collect();
+        crate::batch::vmap(g, &names, size)
+    }
+}
+
 /// Whether the transforms treat node `id` as differentiable (a float value of a differentiable op).
 pub(crate) fn differentiable(g: &Graph, id: NodeId) -> bool {
     g.node(id).is_some_and(|n| n.ty.dtype.is_float() && !n.op.def().traits().contains(OpTraits::NON_DIFFERENTIABLE))
@@ -37,7 +58,10 @@ pub(crate) fn push_tangents(g: &mut Graph, range: Range<usize>, tan: &mut HashMa
             continue;
         }
         let def = node.op.def();
-        let t = if let Some(t) = def.jvp(g, &node.inputs, &ts, id) {
+        let nested = def.nested().and_then(|n| n.jvp_nested(g, &node.inputs, &ts, id, &Ad));
+        let t = if let Some(t) = nested {
+            t?
+        } else if let Some(t) = def.jvp(g, &node.inputs, &ts, id) {
             t
         } else if def.traits().contains(OpTraits::LINEAR) {
             // A linear op applied to the tangents (zeros where absent; index inputs stay primal).
@@ -64,6 +88,7 @@ pub(crate) fn push_tangents(g: &mut Graph, range: Range<usize>, tan: &mut HashMa
 /// Pulls cotangents back through nodes `range` of `g` in reverse (appending nodes to `g`).
 /// `ct` maps a node to its accumulated cotangent; absent means zero.
 pub(crate) fn pull_cotangents(g: &mut Graph, range: Range<usize>, ct: &mut HashMap<NodeId, NodeId>) -> Result<()> {
+    let lo = range.start;
     for i in range.rev() {
         let id = NodeId(i as u32);
         let Some(&c) = ct.get(&id) else { continue };
@@ -72,7 +97,32 @@ pub(crate) fn pull_cotangents(g: &mut Graph, range: Range<usize>, ct: &mut HashM
             continue;
         }
         let def = node.op.def();
-        let Some(cts) = def.vjp(g, &node.inputs, id, c) else {
+        let nested = match def.nested() {
+            Some(n) => {
+                // Other results of the same loop whose cotangents are complete are pulled back
+                // with this one, in one reverse loop.
+                let sibs = siblings(g, i, lo, ct, n);
+                let joint = if sibs.is_empty() {
+                    None
+                } else {
+                    let mut results = vec![(node.op.clone(), c)];
+                    results.extend(sibs.iter().map(|&j| (g.nodes()[j].op.clone(), ct[&NodeId(j as u32)])));
+                    n.vjp_joint(g, &node.inputs, id, &results, &Ad)
+                };
+                match joint {
+                    Some(r) => {
+                        for j in sibs {
+                            ct.remove(&NodeId(j as u32));
+                        }
+                        Some(r)
+                    }
+                    None => n.vjp_nested(g, &node.inputs, id, c, &Ad),
+                }
+            }
+            None => None,
+        }
+        .transpose()?;
+        let Some(cts) = nested.or_else(|| def.vjp(g, &node.inputs, id, c)) else {
             let start = g.len();
             let Some(d) = def.decompose(g, &node.inputs) else { return Err(no_rule("vjp", g, id)) };
             let end = g.len();
@@ -89,6 +139,29 @@ pub(crate) fn pull_cotangents(g: &mut Graph, range: Range<usize>, ct: &mut HashM
         }
     }
     Ok(())
+}
+
+/// Nodes before `i` (from `lo`) that `n` says are other results of node `i`'s op on the same
+/// operands and whose cotangents are complete: every user comes after `i`, so was pulled back.
+fn siblings(
+    g: &Graph,
+    i: usize,
+    lo: usize,
+    ct: &HashMap<NodeId, NodeId>,
+    n: &dyn rlx_ir::ops::control::NestedRules,
+) -> Vec<usize> {
+    let node = &g.nodes()[i];
+    (lo..i)
+        .filter(|&j| {
+            let id = NodeId(j as u32);
+            let m = &g.nodes()[j];
+            m.inputs == node.inputs
+                && ct.contains_key(&id)
+                && differentiable(g, id)
+                && n.joins(&m.op)
+                && !g.nodes()[j + 1..i].iter().any(|u| u.inputs.contains(&id))
+        })
+        .collect()
 }
 
 fn accumulate(g: &mut Graph, ct: &mut HashMap<NodeId, NodeId>, x: NodeId, c: NodeId) {

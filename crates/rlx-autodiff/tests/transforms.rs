@@ -215,12 +215,14 @@ fn every_op_has_every_rule() {
     for (op, c) in rlx_autodiff::coverage() {
         for (t, v) in [("jvp", &c.jvp), ("vjp", &c.vjp), ("vmap", &c.vmap)] {
             assert!(!v.contains("missing") && !v.contains("error"), "{op} {t}: {v}");
+            // Only while_loop refuses reverse mode (its trip count is data), as in JAX.
+            assert!(!v.contains("forward-only") || (op == "while_loop" && t == "vjp"), "{op} {t}: {v}");
         }
     }
 }
 
 #[test]
-fn while_loop_and_cond_differentiate_through_their_unrolling() {
+fn while_loop_is_forward_mode_only_and_batches() {
     // while x.sum() < 3: x *= 2, from [0.3, 0.5]: two doublings, so d sum(x_final) / dx = 4.
     let mut c = Graph::new("c");
     let cx = c.input("x", Shape::new(&[2], DType::F64));
@@ -239,7 +241,13 @@ fn while_loop_and_cond_differentiate_through_their_unrolling() {
     g.set_outputs(vec![l]);
     let feeds: Feeds = vec![("x".into(), HostTensor::from_f64(&[2], DType::F64, &[0.3, 0.5]).unwrap())];
     assert_eq!(vals(&eval(&g, &feeds)[0]), vec![3.2]);
-    assert_eq!(vals(&eval(&grad(&g, &[x]).unwrap(), &feeds)[0]), vec![4.0, 4.0]);
+    // Forward mode differentiates the iterations taken; reverse mode is refused, as in JAX.
+    let mut tf = feeds.clone();
+    tf.push(("tangent_x".into(), HostTensor::from_f64(&[2], DType::F64, &[1.0, 0.5]).unwrap()));
+    assert_eq!(vals(&eval(&jvp(&g, &["x"]).unwrap(), &tf)[1]), vec![6.0]);
+    let e = grad(&g, &[x]).unwrap_err();
+    assert!(matches!(&e, Error::Transform { transform: "vjp", op, .. } if op == "while_loop"), "{e}");
+    assert!(e.to_string().contains("forward-mode only"), "{e}");
     // vmap over a batch where examples take different trip counts.
     let v = vmap(&g, &["x"], 2).unwrap();
     let xs = HostTensor::from_f64(&[2, 2], DType::F64, &[0.3, 0.5, 2.0, 2.0]).unwrap();
@@ -248,7 +256,7 @@ fn while_loop_and_cond_differentiate_through_their_unrolling() {
 
 #[test]
 fn missing_rules_and_dynamic_dims_are_errors() {
-    // An empty scan has no decomposition for its stacked outputs: the transform names the op.
+    // An empty scan differentiates (its rules are scans too): zero steps, zero gradient.
     let mut body = Graph::new("b");
     let h = body.input("h", Shape::new(&[2], DType::F64));
     let x = body.input("x", Shape::new(&[2], DType::F64));
@@ -260,11 +268,33 @@ fn missing_rules_and_dynamic_dims_are_errors() {
     let (_, ys) = g.scan(body, h0, xs, &[]);
     let l = g.sum_all(ys);
     g.set_outputs(vec![l]);
-    let e = grad(&g, &[h0]).unwrap_err();
-    assert!(matches!(&e, Error::Transform { transform: "vjp", op, .. } if op == "scan"), "{e}");
-    assert!(e.to_string().contains("no vjp rule and no decomposition"), "{e}");
-    let e = jvp(&g, &["h0"]).unwrap_err().to_string();
-    assert!(e.contains("jvp: op `scan`"), "{e}");
+    let feeds: Feeds = vec![
+        ("h0".into(), HostTensor::from_f64(&[2], DType::F64, &[1.0, 2.0]).unwrap()),
+        ("xs".into(), HostTensor::from_f64(&[0, 2], DType::F64, &[]).unwrap()),
+    ];
+    assert_eq!(vals(&eval(&grad(&g, &[h0]).unwrap(), &feeds)[0]), vec![0.0, 0.0]);
+    // A while_loop bounded past the unrolling limit has no forward rule here, and never a
+    // reverse one: the transforms name the op.
+    let mut c = Graph::new("c");
+    let cx = c.input("x", Shape::new(&[2], DType::F64));
+    let t = c.sum_all(cx);
+    let three = c.scalar(3.0, DType::F64);
+    let p = c.lt(t, three);
+    c.set_outputs(vec![p]);
+    let mut b = Graph::new("b");
+    let bx = b.input("x", Shape::new(&[2], DType::F64));
+    let y = b.add(bx, bx);
+    b.set_outputs(vec![y]);
+    let mut g = Graph::new("unbounded");
+    let x = g.input("x", Shape::new(&[2], DType::F64));
+    let y = g.while_loop(c, b, x, &[], usize::MAX);
+    let l = g.sum_all(y);
+    g.set_outputs(vec![l]);
+    let e = jvp(&g, &["x"]).unwrap_err();
+    assert!(matches!(&e, Error::Transform { transform: "jvp", op, .. } if op == "while_loop"), "{e}");
+    assert!(e.to_string().contains("no jvp rule and no decomposition"), "{e}");
+    let e = grad(&g, &[x]).unwrap_err().to_string();
+    assert!(e.contains("vjp: op `while_loop`") && e.contains("forward-mode only"), "{e}");
     // Dynamic dims must be bound first.
     let mut d = Graph::new("dyn");
     let x = d.input("x", Shape::with_dims(vec![rlx_ir::Dim::Sym("n".into())], DType::F64));

@@ -271,6 +271,8 @@ impl CpuExecutable {
         let top = slots.iter().filter(|s| !in_hole(s.0)).map(|&(o, b)| exe.compact(o) + align64(b)).max().unwrap_or(0);
         exe.arena = rlx_driver::huge_pages::vec(top.div_ceil(64), Line([0; 64]));
         let mut inputs = vec![];
+        // Results of one loop (scan) are computed together by the first of them to run.
+        let groups = crate::kernels::control::loop_groups(g);
         for (i, n) in g.nodes().iter().enumerate() {
             match &n.op {
                 Op::Input(_) => inputs.push(slots[i]),
@@ -287,7 +289,8 @@ impl CpuExecutable {
                 _ if matches!(plan.slots[i].kind, SlotKind::View(_)) => {}
                 op => {
                     let ins: Vec<Shape> = n.inputs.iter().map(|x| g.nodes()[x.index()].ty.clone()).collect();
-                    let ctx = KernelCtx { op, ins: &ins, out: &n.ty };
+                    let group = groups.get(&i).map(|(grp, member)| (grp, *member));
+                    let ctx = KernelCtx { op, ins: &ins, out: &n.ty, group };
                     let kernel = build(&ctx)?;
                     let null = Loc { ptr: std::ptr::null_mut(), len: 0, version: std::ptr::null() };
                     exe.steps.push(Step {
@@ -468,7 +471,36 @@ impl CpuExecutable {
                 return Err(Error::eval("run", format!("output buffer needs {} bytes, got {}", l.len, dst.len())));
             }
         }
-        let _guard = self.group.lock();
+        let group = self.group.clone();
+        let _guard = group.lock();
+        let ins = |i: usize| inputs[i].as_ptr();
+        let base = outputs.as_mut_ptr();
+        // SAFETY: `o` is below `outputs.len()` (run_core asks for each output once).
+        let outs = |o: usize| unsafe { (*base.add(o)).as_mut_ptr() };
+        self.run_core(&ins, &outs)?;
+        // Buffers a task grew on one pool thread, grown on every thread: warm runs allocate
+        // nothing whichever thread takes which task.
+        crate::kernels::spread_thread_buffers();
+        Ok(())
+    }
+
+    /// Runs a graph without params or updates (a loop body) once per trip, reading input `i`
+    /// at `inputs(i)` and writing output `o` at `outputs(o)` (each exactly the graph's length):
+    /// no checks, no lock and no allocation, so a loop kernel can call it every trip.
+    ///
+    /// # Safety
+    /// Every pointer must be valid for its input's or output's byte length, the outputs must
+    /// not overlap each other or the inputs, and nothing else may touch them during the call.
+    pub(crate) unsafe fn run_body(
+        &mut self,
+        inputs: &dyn Fn(usize) -> *const u8,
+        outputs: &dyn Fn(usize) -> *mut u8,
+    ) -> Result<()> {
+        self.run_core(inputs, outputs)
+    }
+
+    /// The steps of a run with the caller's buffers, whose lengths the caller has checked.
+    fn run_core(&mut self, inputs: &dyn Fn(usize) -> *const u8, outputs: &dyn Fn(usize) -> *mut u8) -> Result<()> {
         // The params the graph writes change during the run: new versions before any kernel.
         for &p in &self.updated {
             self.params[p].buf.touch();
@@ -477,19 +509,18 @@ impl CpuExecutable {
         // `direct_io` allows it; the rest goes through the arena.
         let aligned = |p: *const u8| (p as usize).is_multiple_of(16);
         let (direct_in, direct_out) = (std::mem::take(&mut self.direct_in), std::mem::take(&mut self.direct_out));
-        for (i, data) in inputs.iter().enumerate() {
-            let l = self.inputs[i];
-            match &direct_in[i] {
-                Some(refs) if aligned(data.as_ptr()) => {
-                    patch(&mut self.steps, &mut self.patched, refs, l, data.as_ptr() as *mut u8)
-                }
+        for (i, direct) in direct_in.iter().enumerate() {
+            let (l, data) = (self.inputs[i], inputs(i));
+            match direct {
+                Some(refs) if aligned(data) => patch(&mut self.steps, &mut self.patched, refs, l, data as *mut u8),
                 // SAFETY: the slot lies inside the arena and has exactly this length (checked).
-                _ => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), l.ptr, l.len) },
+                _ => unsafe { std::ptr::copy_nonoverlapping(data, l.ptr, l.len) },
             }
         }
-        for (o, dst) in outputs.iter_mut().enumerate() {
-            if let Some(refs) = direct_out[o].as_ref().filter(|_| aligned(dst.as_ptr())) {
-                patch(&mut self.steps, &mut self.patched, refs, self.routs[o], dst.as_mut_ptr());
+        for (o, direct) in direct_out.iter().enumerate() {
+            let dst = outputs(o);
+            if let Some(refs) = direct.as_ref().filter(|_| aligned(dst)) {
+                patch(&mut self.steps, &mut self.patched, refs, self.routs[o], dst);
             }
         }
         let mut result = Ok(());
@@ -501,18 +532,16 @@ impl CpuExecutable {
             }
         }
         unpatch(&mut self.steps, &mut self.patched);
-        for (o, dst) in outputs.iter_mut().enumerate() {
-            if direct_out[o].is_none() || !aligned(dst.as_ptr()) {
+        for (o, direct) in direct_out.iter().enumerate() {
+            let dst = outputs(o);
+            if direct.is_none() || !aligned(dst) {
                 // SAFETY: as above.
-                unsafe { std::ptr::copy_nonoverlapping(self.routs[o].ptr, dst.as_mut_ptr(), self.routs[o].len) };
+                unsafe { std::ptr::copy_nonoverlapping(self.routs[o].ptr, dst, self.routs[o].len) };
             }
         }
         (self.direct_in, self.direct_out) = (direct_in, direct_out);
         result?;
         write_updates(&self.rcopies, &self.staged, &mut self.staging);
-        // Buffers a task grew on one pool thread, grown on every thread: warm runs allocate
-        // nothing whichever thread takes which task.
-        crate::kernels::spread_thread_buffers();
         Ok(())
     }
 }

@@ -78,15 +78,20 @@ impl Backend for CpuBackend {
         let threads = req.options.threads;
         let mut exe = threads::with_thread_cap(threads, || {
             exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
-                let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
-                let ins: Vec<&Shape> = ctx.ins.iter().collect();
-                match self.table.lookup(&node, &ins) {
-                    Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
-                    None => Err(kernels::unsupported(ctx)),
-                }
+                build_kernel(&self.table, ctx)
             })
         })?;
         exe.set_thread_cap(threads);
         Ok(Box::new(exe))
+    }
+}
+
+/// The kernel for one node from `table` (profiled under `RLX_PROFILE=1`).
+pub(crate) fn build_kernel(table: &KernelTable<KernelBuilder>, ctx: &KernelCtx<'_>) -> Result<kernels::Kernel> {
+    let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
+    let ins: Vec<&Shape> = ctx.ins.iter().collect();
+    match table.lookup(&node, &ins) {
+        Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
+        None => Err(kernels::unsupported(ctx)),
     }
 }

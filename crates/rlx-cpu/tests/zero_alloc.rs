@@ -296,7 +296,58 @@ fn attention_rope_and_norms() {
     }
 }
 
+/// Loops: a scan whose carry and stacked outputs are both used (one loop, two nodes), a
+/// while_loop and a cond; trips allocate nothing.
+fn loops() {
+    let s = |d: &[usize]| Shape::new(d, DType::F32);
+    let mut body = Graph::new("step");
+    let h = body.input("h", s(&[4, 8]));
+    let x = body.input("x", s(&[4, 8]));
+    let w = body.input("w", s(&[8, 8]));
+    let a = body.matmul(h, w);
+    let a = body.add(a, x);
+    let hn = body.tanh(a);
+    body.set_outputs(vec![hn, hn]);
+    let mut c = Graph::new("cond");
+    let cx = c.input("x", s(&[4, 8]));
+    let t = c.sum_all(cx);
+    let lim = c.scalar(100.0, DType::F32);
+    let go = c.lt(t, lim);
+    c.set_outputs(vec![go]);
+    let mut b = Graph::new("double");
+    let bx = b.input("x", s(&[4, 8]));
+    let two = b.scalar(2.0, DType::F32);
+    let y = b.mul(bx, two);
+    b.set_outputs(vec![y]);
+    let mut then = Graph::new("then");
+    let tx = then.input("x", s(&[4, 8]));
+    let ty = then.exp(tx);
+    then.set_outputs(vec![ty]);
+    let mut other = Graph::new("else");
+    let ex = other.input("x", s(&[4, 8]));
+    let ey = other.neg(ex);
+    other.set_outputs(vec![ey]);
+    let mut g = Graph::new("loops");
+    let h0 = g.input("h0", s(&[4, 8]));
+    let xs = g.input("xs", s(&[16, 4, 8]));
+    let p = g.input("p", Shape::new(&[], DType::Bool));
+    let w = g.param("w", s(&[8, 8]));
+    let (last, hs) = g.scan(body, h0, xs, &[w]);
+    let one = g.full(s(&[4, 8]), 1.0);
+    let start = g.add(last, one);
+    let wl = g.while_loop(c, b, start, &[], usize::MAX);
+    let br = g.cond(p, then, other, &[last]);
+    g.set_outputs(vec![hs, wl, br]);
+    let w_v =
+        HostTensor::from_f32(&[8, 8], &(0..64).map(|i| (i as f32 * 0.1).sin() * 0.3).collect::<Vec<_>>()).unwrap();
+    let h_v = HostTensor::from_f32(&[4, 8], &[0.1; 32]).unwrap();
+    let xs_v = HostTensor::from_f32(&[16, 4, 8], &(0..512).map(|i| (i as f32).cos()).collect::<Vec<_>>()).unwrap();
+    let p_v = HostTensor::from_bool(&[], &[true]).unwrap();
+    assert_eq!(allocs_during_run(&g, &[w_v], &[h_v, xs_v, p_v]), 0);
+}
+
 fn main() {
+    loops();
     half_elementwise_fused_and_reductions();
     half_matmuls();
     stacked_matmul_of_params();

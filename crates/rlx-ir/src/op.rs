@@ -133,6 +133,12 @@ pub trait OpDef: fmt::Debug + Send + Sync {
         None
     }
 
+    /// Transform rules of an op that holds graphs (control flow): they transform its bodies
+    /// with the transforms handed in (`ops::control::Transforms`). Tried before `jvp` / `vjp`.
+    fn nested(&self) -> Option<&dyn crate::ops::control::NestedRules> {
+        None
+    }
+
     /// (atol, rtol) for comparing a backend's result with `reference`, when the op's kernels may
     /// legitimately differ by more than the dtype's tolerance (e.g. 8-bit activations). None = dtype's.
     fn tolerance(&self) -> Option<(f64, f64)> {

@@ -21,6 +21,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bodies;
 pub mod cross_entropy;
 pub mod engine;
 pub mod fuse;

@@ -241,7 +241,8 @@ pub fn optimize(g: Graph, backend: &dyn Backend, opts: &CompileOptions, updates:
         detail: format!("decomposed:{decomposed}"),
     });
     dump.dump("legalize", &legal)?;
-    cur = legal;
+    // Bodies the backend runs as loops or branches get the pipeline too (once per compile).
+    cur = crate::bodies::optimize_bodies(&legal, backend, opts)?;
     if opts.simplify {
         simplify(&mut cur, "simplify-2", &sets, &mut stages, &mut dump, &mut rewritten)?;
     }

@@ -110,7 +110,7 @@ fn fused_matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         _ => {}
     }
     let mm_op = Op::MatMul(f.matmul.clone());
-    let mm_ctx = KernelCtx { op: &mm_op, ins: &ctx.ins[..2], out: ctx.out };
+    let mm_ctx = KernelCtx { op: &mm_op, ins: &ctx.ins[..2], out: ctx.out, group: None };
     let node = rlx_ir::Node { op: mm_op.clone(), inputs: vec![], ty: ctx.out.clone() };
     let table = super::table();
     let ins: Vec<&rlx_ir::Shape> = ctx.ins[..2].iter().collect();

@@ -1,6 +1,7 @@
 //! The CPU kernel table. Each file registers its kernels in `register`.
 
 mod attention;
+pub(crate) mod control;
 mod cross_entropy;
 mod elementwise;
 mod epilogue;
@@ -25,6 +26,8 @@ mod vec32;
 /// memory-mapped sources released from resident memory, since the process started.
 pub use quant::{released_bytes as quant_released_bytes, repacks as quant_repacks};
 
+pub use control::LoopGroup;
+
 use crate::exec::Bufs;
 use rlx_driver::KernelTable;
 use rlx_ir::{DType, Op, Result, Shape};
@@ -40,6 +43,9 @@ pub struct KernelCtx<'a> {
     pub ins: &'a [Shape],
     /// Output type (static).
     pub out: &'a Shape,
+    /// For a node that is one result of a loop whose other results are other nodes (a scan's
+    /// carries and stacked outputs): the group and this node's place in it (0 runs first).
+    pub group: Option<(&'a control::LoopGroup, usize)>,
 }
 
 impl KernelCtx<'_> {
@@ -80,6 +86,7 @@ pub fn table() -> KernelTable<KernelBuilder> {
     cross_entropy::register(&mut t);
     attention::register(&mut t);
     stacked_matmul::register(&mut t);
+    control::register(&mut t);
     t
 }
 

@@ -1,0 +1,452 @@
+//! Derivatives of ops that hold graphs. Their rules transform the bodies, which needs the
+//! transforms themselves: rlx-autodiff hands them in as a `Transforms` (rlx-ir cannot depend on
+//! it). A scan's JVP is one forward scan over (carries, tangents); its VJP saves the carry of
+//! every step (a forward scan stacking them) and runs the body's VJP in a reverse scan, so
+//! neither unrolls and the derivative's node count does not depend on the trip count.
+
+use super::{Scan, ScanOutput, WhileLoop, inline};
+use crate::ops::rules::zeros_like;
+use crate::{Error, Graph, NodeId, Op, Result, Shape};
+
+/// Graph-to-graph transforms, as the rules of control-flow ops need them for their bodies.
+pub trait Transforms {
+    /// Forward mode of `g` along its inputs `wrt` (indices into `g.inputs()`): a graph whose
+    /// inputs are `g`'s then one tangent per `wrt` entry, and whose outputs are `g`'s outputs
+    /// then one tangent per output.
+    fn jvp(&self, g: &Graph, wrt: &[usize]) -> Result<Graph>;
+    /// Reverse mode of `g` for its inputs `wrt`: a graph whose inputs are `g`'s then one
+    /// cotangent per output, and whose outputs are `g`'s outputs then one cotangent per `wrt`.
+    fn vjp(&self, g: &Graph, wrt: &[usize]) -> Result<Graph>;
+    /// `g` batched over a new leading axis of `size` on its inputs `batched`: every output gains
+    /// the axis. The inputs may come out in another order (they keep their names).
+    fn vmap(&self, g: &Graph, batched: &[usize], size: usize) -> Result<Graph>;
+}
+
+/// Transform rules of an op that holds graphs (`OpDef::nested`). Each returns None to let the
+/// transform fall back to the op's decomposition, or the rule's result (an error where the
+/// transform does not apply, as reverse mode through `while_loop`).
+pub trait NestedRules {
+    /// Forward mode: the output tangent from input tangents (None = zero).
+    fn jvp_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        tangents: &[Option<NodeId>],
+        out: NodeId,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>>;
+    /// Reverse mode: one cotangent per input (None = zero or not differentiable).
+    fn vjp_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        out: NodeId,
+        cotangent: NodeId,
+        tx: &dyn Transforms,
+    ) -> Option<Result<Vec<Option<NodeId>>>>;
+    /// Batching: inputs flagged in `batched` carry a leading axis of `size`; the output gets
+    /// it too. None: the transform falls back to the decomposition.
+    fn batch_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        let _ = (g, ins, batched, size, tx);
+        None
+    }
+    /// Whether `other`, on the same operands, is another result of this op (a scan's carries
+    /// and stacked outputs are nodes of one loop): reverse mode then pulls their cotangents
+    /// back together (`vjp_joint`), in one reverse loop instead of one per result.
+    fn joins(&self, other: &Op) -> bool {
+        let _ = other;
+        false
+    }
+    /// Reverse mode for several results at once: each result's op (this one's first) with its
+    /// cotangent. None: each result goes through `vjp_nested` alone.
+    fn vjp_joint(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        out: NodeId,
+        results: &[(Op, NodeId)],
+        tx: &dyn Transforms,
+    ) -> Option<Result<Vec<Option<NodeId>>>> {
+        let _ = (g, ins, out, results, tx);
+        None
+    }
+}
+
+/// `g` with its inputs created in `order` (`order[k]` is the old index of new input `k`); the
+/// rest of the graph is unchanged. Inputs have no operands, so moving them first keeps the
+/// graph topological.
+pub fn reorder_inputs(g: &Graph, order: &[usize]) -> Graph {
+    let inputs = g.inputs();
+    let mut out = Graph::new(g.name());
+    let mut map: Vec<Option<NodeId>> = vec![None; g.len()];
+    for &k in order {
+        if let Some(&(id, name)) = inputs.get(k) {
+            let s = g.shape(id).cloned().unwrap_or(Shape::scalar(crate::DType::F32));
+            map[id.index()] = Some(out.input(name, s));
+        }
+    }
+    for (i, n) in g.nodes().iter().enumerate() {
+        if map[i].is_some() {
+            continue;
+        }
+        let ins: Vec<NodeId> = n.inputs.iter().map(|x| map[x.index()].unwrap_or(*x)).collect();
+        map[i] = Some(out.add_node(n.op.clone(), &ins));
+    }
+    out.set_outputs(g.outputs().iter().map(|o| map[o.index()].unwrap_or(*o)).collect());
+    out
+}
+
+fn transform_err(transform: &'static str, out: NodeId, reason: String) -> Error {
+    Error::Transform { transform, op: "scan".into(), node: out.0, reason }
+}
+
+/// Result `output` / `index` of the loop `s` on `ins`.
+fn add(g: &mut Graph, s: &Scan, output: ScanOutput, index: usize, ins: &[NodeId]) -> Result<NodeId> {
+    g.try_add(s.with_output(output, index), ins)
+}
+
+fn float(g: &Graph, id: NodeId) -> bool {
+    g.dtype(id).is_float()
+}
+
+fn float_at(s: &Shape) -> bool {
+    s.dtype.is_float()
+}
+
+/// Positions of `v` in `list`.
+fn pos(list: &[usize], v: usize) -> Option<usize> {
+    list.iter().position(|&x| x == v)
+}
+
+impl Scan {
+    fn body_shapes(&self) -> (Vec<Shape>, Vec<Shape>) {
+        let b = &self.body;
+        let ins = b
+            .inputs()
+            .iter()
+            .map(|(id, _)| b.shape(*id).cloned().unwrap_or(Shape::scalar(crate::DType::F32)))
+            .collect();
+        let outs =
+            b.outputs().iter().map(|o| b.shape(*o).cloned().unwrap_or(Shape::scalar(crate::DType::F32))).collect();
+        (ins, outs)
+    }
+
+    fn jvp_rule(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        t: &[Option<NodeId>],
+        out: NodeId,
+        tx: &dyn Transforms,
+    ) -> Result<NodeId> {
+        let (nc, nx) = (self.num_carry, self.num_xs);
+        let nb = self.body.inputs().len();
+        let ny = self.num_ys();
+        let (bins, bouts) = self.body_shapes();
+        // Every float carry gets a tangent (a const's tangent reaches it after one step);
+        // sequences and consts only where they have one.
+        let cf: Vec<usize> = (0..nc).filter(|&i| float_at(&bins[i])).collect();
+        let xt: Vec<usize> = (nc..nc + nx).filter(|&i| t[i].is_some() && float(g, ins[i])).collect();
+        let kt: Vec<usize> = (nc + nx..nb).filter(|&i| t[i].is_some() && float(g, ins[i])).collect();
+        let yf: Vec<usize> = (0..ny).filter(|&j| float_at(&bouts[nc + j])).collect();
+        let wrt: Vec<usize> = cf.iter().chain(&xt).chain(&kt).copied().collect();
+        let j = tx.jvp(&self.body, &wrt)?;
+        // The jvp body's inputs: [c, x, k, tc, tx, tk]; the scan wants [c, tc, x, tx, k, tk].
+        let (a, b, c) = (nb, nb + cf.len(), nb + cf.len() + xt.len());
+        let mut order: Vec<usize> = (0..nc).collect();
+        order.extend(a..b);
+        order.extend(nc..nc + nx);
+        order.extend(b..c);
+        order.extend(nc + nx..nb);
+        order.extend(c..c + kt.len());
+        let mut body = reorder_inputs(&j, &order);
+        // Its outputs: [c', y, tangents of every output]; the scan wants [c', tc', y, ty].
+        let o = body.outputs().to_vec();
+        let mut outs: Vec<NodeId> = o[..nc].to_vec();
+        outs.extend(cf.iter().map(|&i| o[nc + ny + i]));
+        outs.extend_from_slice(&o[nc..nc + ny]);
+        outs.extend(yf.iter().map(|&jj| o[nc + ny + nc + jj]));
+        body.set_outputs(outs);
+        let len = trips_of(self, g, ins).map_err(|e| transform_err("jvp", out, e))?;
+        let s = Scan {
+            body: Box::new(body),
+            output: ScanOutput::Carry,
+            index: 0,
+            num_carry: nc + cf.len(),
+            num_xs: nx + xt.len(),
+            reverse: self.reverse,
+            length: Some(len),
+        };
+        let mut args: Vec<NodeId> = ins[..nc].to_vec();
+        for &i in &cf {
+            args.push(crate::ops::rules::or_zeros(g, t[i], ins[i]));
+        }
+        args.extend_from_slice(&ins[nc..nc + nx]);
+        args.extend(xt.iter().map(|&i| t[i].unwrap_or(ins[i])));
+        args.extend_from_slice(&ins[nc + nx..]);
+        args.extend(kt.iter().map(|&i| t[i].unwrap_or(ins[i])));
+        match self.output {
+            ScanOutput::Carry => {
+                let p = pos(&cf, self.index).ok_or_else(|| transform_err("jvp", out, "an integer carry".into()))?;
+                add(g, &s, ScanOutput::Carry, nc + p, &args)
+            }
+            ScanOutput::Ys => {
+                let p = pos(&yf, self.index).ok_or_else(|| transform_err("jvp", out, "an integer output".into()))?;
+                add(g, &s, ScanOutput::Ys, ny + p, &args)
+            }
+        }
+    }
+
+    /// The VJP for the results `cts` (which result, its cotangent) of this loop.
+    fn vjp_rule(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        out: NodeId,
+        cts: &[(ScanOutput, usize, NodeId)],
+        tx: &dyn Transforms,
+    ) -> Result<Vec<Option<NodeId>>> {
+        let (nc, nx) = (self.num_carry, self.num_xs);
+        let nb = self.body.inputs().len();
+        let np = nb - nc - nx;
+        let ny = self.num_ys();
+        let (bins, bouts) = self.body_shapes();
+        let len = trips_of(self, g, ins).map_err(|e| transform_err("vjp", out, e))?;
+        let cf: Vec<usize> = (0..nc).filter(|&i| float_at(&bins[i])).collect();
+        let xf: Vec<usize> = (0..nx).filter(|&j| float_at(&bins[nc + j])).collect();
+        let kf: Vec<usize> = (0..np).filter(|&k| float_at(&bins[nc + nx + k])).collect();
+        let yf: Vec<usize> = (0..ny).filter(|&j| float_at(&bouts[nc + j])).collect();
+        let mut result = vec![None; ins.len()];
+        if cf.is_empty() && xf.is_empty() && kf.is_empty() {
+            return Ok(result);
+        }
+        // 1. The carry entering every step, stacked: the same loop with the carries as extra ys.
+        let mut save = (*self.body).clone();
+        let mut souts = save.outputs().to_vec();
+        souts.extend(save.inputs().iter().take(nc).map(|(id, _)| *id));
+        save.set_outputs(souts);
+        // (Same fields otherwise: backends that run loops see the loop being differentiated.)
+        let saver = Scan { body: Box::new(save), ..self.clone() };
+        let saved: Vec<NodeId> = (0..nc).map(|i| add(g, &saver, ScanOutput::Ys, ny + i, ins)).collect::<Result<_>>()?;
+        // 2. The reverse body: carries (ct of float carries, accumulated ct of float consts),
+        //    sequences (saved carries, xs, ct of float ys), consts; gives the carries' next
+        //    values and the cotangents of the float xs.
+        let wrt: Vec<usize> =
+            cf.iter().copied().chain(xf.iter().map(|j| nc + j)).chain(kf.iter().map(|k| nc + nx + k)).collect();
+        let v = tx.vjp(&self.body, &wrt)?;
+        let mut r = Graph::new(format!("{}_vjp", self.body.name()));
+        let ct_c: Vec<NodeId> = cf.iter().map(|&i| r.input(&format!("ct_c{i}"), bins[i].clone())).collect();
+        let acc: Vec<NodeId> = kf.iter().map(|&k| r.input(&format!("acc_k{k}"), bins[nc + nx + k].clone())).collect();
+        let c_t: Vec<NodeId> = (0..nc).map(|i| r.input(&format!("c{i}"), bins[i].clone())).collect();
+        let x_t: Vec<NodeId> = (0..nx).map(|j| r.input(&format!("x{j}"), bins[nc + j].clone())).collect();
+        let ct_y: Vec<NodeId> = yf.iter().map(|&j| r.input(&format!("ct_y{j}"), bouts[nc + j].clone())).collect();
+        let k_r: Vec<NodeId> = (0..np).map(|k| r.input(&format!("k{k}"), bins[nc + nx + k].clone())).collect();
+        let mut args: Vec<NodeId> = c_t.iter().chain(&x_t).chain(&k_r).copied().collect();
+        // The body's output cotangents: the carries' and ys' where float, zeros elsewhere.
+        for (o, ty) in bouts.iter().enumerate() {
+            let found = if o < nc { pos(&cf, o).map(|p| ct_c[p]) } else { pos(&yf, o - nc).map(|p| ct_y[p]) };
+            args.push(match found {
+                Some(c) => c,
+                None => r.full(ty.clone(), 0.0),
+            });
+        }
+        let res = inline(&mut r, &v, &args).ok_or_else(|| transform_err("vjp", out, "the body has params".into()))?;
+        let grads = &res[nc + ny..];
+        let mut routs: Vec<NodeId> = grads[..cf.len()].to_vec();
+        for (p, &a) in acc.iter().enumerate() {
+            let gk = grads[cf.len() + xf.len() + p];
+            routs.push(r.add(a, gk));
+        }
+        routs.extend_from_slice(&grads[cf.len()..cf.len() + xf.len()]);
+        r.set_outputs(routs);
+        r.check()?;
+        let rev = Scan {
+            body: Box::new(r),
+            output: ScanOutput::Carry,
+            index: 0,
+            num_carry: cf.len() + kf.len(),
+            num_xs: nc + nx + yf.len(),
+            reverse: !self.reverse,
+            length: Some(len),
+        };
+        // 3. Its operands: the given cotangents where they belong, zeros elsewhere.
+        let given = |g: &mut Graph, o: ScanOutput, i: usize| {
+            let mut sum: Option<NodeId> = None;
+            for &(_, _, c) in cts.iter().filter(|(co, ci, _)| *co == o && *ci == i) {
+                sum = Some(match sum {
+                    Some(s) => g.add(s, c),
+                    None => c,
+                });
+            }
+            sum
+        };
+        let mut rins = vec![];
+        for &i in &cf {
+            let c = given(g, ScanOutput::Carry, i);
+            rins.push(c.unwrap_or_else(|| zeros_like(g, ins[i])));
+        }
+        for &k in &kf {
+            rins.push(zeros_like(g, ins[nc + nx + k]));
+        }
+        rins.extend_from_slice(&saved);
+        rins.extend_from_slice(&ins[nc..nc + nx]);
+        for &j in &yf {
+            let mut d = vec![len];
+            d.extend(bouts[nc + j].fixed_dims().unwrap_or_default());
+            let c = given(g, ScanOutput::Ys, j);
+            rins.push(c.unwrap_or_else(|| g.full(Shape::new(&d, bouts[nc + j].dtype), 0.0)));
+        }
+        rins.extend_from_slice(&ins[nc + nx..]);
+        for (p, &i) in cf.iter().enumerate() {
+            result[i] = Some(add(g, &rev, ScanOutput::Carry, p, &rins)?);
+        }
+        for (p, &k) in kf.iter().enumerate() {
+            result[nc + nx + k] = Some(add(g, &rev, ScanOutput::Carry, cf.len() + p, &rins)?);
+        }
+        for (p, &j) in xf.iter().enumerate() {
+            result[nc + j] = Some(add(g, &rev, ScanOutput::Ys, p, &rins)?);
+        }
+        Ok(result)
+    }
+}
+
+impl Scan {
+    /// vmap as one scan of the batched body: every carry batched (a batched sequence or const
+    /// reaches the carries after a step), batched sequences `[B, T, ..]` scanned as `[T, B, ..]`,
+    /// stacked outputs `[T, B, ..]` turned back to `[B, T, ..]`.
+    fn batch_rule(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Result<NodeId> {
+        let (nc, nx) = (self.num_carry, self.num_xs);
+        let nb = self.body.inputs().len();
+        let swap01 = |g: &mut Graph, x: NodeId| {
+            let mut perm: Vec<usize> = (0..crate::ops::rules::dims(g, x).len()).collect();
+            perm.swap(0, 1);
+            g.transpose(x, &perm)
+        };
+        let mut args = vec![];
+        for (i, &x) in ins.iter().enumerate() {
+            args.push(match (i < nc, i < nc + nx, batched[i]) {
+                (true, _, false) => crate::ops::rules::add_batch(g, x, size),
+                (false, true, true) => swap01(g, x),
+                _ => x,
+            });
+        }
+        let wrt: Vec<usize> = (0..nb).filter(|&i| i < nc || batched[i]).collect();
+        let vb = tx.vmap(&self.body, &wrt, size)?;
+        // Back to the body's operand order, by name.
+        let names: Vec<String> = self.body.inputs().iter().map(|(_, n)| n.to_string()).collect();
+        let vin: Vec<String> = vb.inputs().iter().map(|(_, n)| n.to_string()).collect();
+        let order: Vec<usize> = names.iter().filter_map(|n| vin.iter().position(|m| m == n)).collect();
+        let body = reorder_inputs(&vb, &order);
+        let y = g.try_add(Scan { body: Box::new(body), ..self.clone() }, &args)?;
+        Ok(match self.output {
+            ScanOutput::Carry => y,
+            ScanOutput::Ys => swap01(g, y),
+        })
+    }
+}
+
+/// The trip count of `s` applied to `ins` in `g`.
+fn trips_of(s: &Scan, g: &Graph, ins: &[NodeId]) -> std::result::Result<usize, String> {
+    let shapes: Vec<Shape> =
+        ins.iter().map(|&x| g.shape(x).cloned().unwrap_or(Shape::scalar(crate::DType::F32))).collect();
+    s.trips(&shapes.iter().collect::<Vec<_>>())
+}
+
+impl NestedRules for Scan {
+    fn jvp_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        tangents: &[Option<NodeId>],
+        out: NodeId,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        Some(self.jvp_rule(g, ins, tangents, out, tx))
+    }
+    fn vjp_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        out: NodeId,
+        cotangent: NodeId,
+        tx: &dyn Transforms,
+    ) -> Option<Result<Vec<Option<NodeId>>>> {
+        Some(self.vjp_rule(g, ins, out, &[(self.output, self.index, cotangent)], tx))
+    }
+    fn joins(&self, other: &Op) -> bool {
+        matches!(other, Op::Scan(s) if s.same_loop(self))
+    }
+    fn batch_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        Some(self.batch_rule(g, ins, batched, size, tx))
+    }
+    fn vjp_joint(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        out: NodeId,
+        results: &[(Op, NodeId)],
+        tx: &dyn Transforms,
+    ) -> Option<Result<Vec<Option<NodeId>>>> {
+        let cts: Vec<(ScanOutput, usize, NodeId)> = results
+            .iter()
+            .filter_map(|(op, c)| match op {
+                Op::Scan(s) if s.same_loop(self) => Some((s.output, s.index, *c)),
+                _ => None,
+            })
+            .collect();
+        Some(self.vjp_rule(g, ins, out, &cts, tx))
+    }
+}
+
+impl NestedRules for WhileLoop {
+    fn jvp_nested(
+        &self,
+        _g: &mut Graph,
+        _ins: &[NodeId],
+        _tangents: &[Option<NodeId>],
+        _out: NodeId,
+        _tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        // Forward mode goes through the masked unrolling (`decompose`).
+        None
+    }
+    fn vjp_nested(
+        &self,
+        _g: &mut Graph,
+        _ins: &[NodeId],
+        out: NodeId,
+        _cotangent: NodeId,
+        _tx: &dyn Transforms,
+    ) -> Option<Result<Vec<Option<NodeId>>>> {
+        Some(Err(Error::Transform {
+            transform: "vjp",
+            op: "while_loop".into(),
+            node: out.0,
+            reason: "while_loop is forward-mode only (as in JAX): its trip count depends on the data, so \
+                     reverse mode is not defined; use jvp, or scan / fori_loop (a static trip count) for \
+                     gradients"
+                .into(),
+        }))
+    }
+}
