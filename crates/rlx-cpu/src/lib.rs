@@ -6,6 +6,7 @@
 //! (see `rlx_driver::legalize`). `RLX_PROFILE=1` times every kernel (`kernels::profile`).
 #![warn(missing_docs)]
 
+pub mod custom;
 pub mod elem;
 pub mod exec;
 pub mod gemm;
@@ -16,7 +17,7 @@ pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
 use rlx_driver::{Backend, Capabilities, CompileRequest, Executable, Execution, KernelTable};
-use rlx_ir::{Node, Result, Shape};
+use rlx_ir::{Node, Op, Result, Shape};
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -34,6 +35,17 @@ impl CpuBackend {
     pub fn new() -> Self {
         threads::start();
         Self::default()
+    }
+}
+
+impl CpuBackend {
+    /// The kernel builder for a node: a custom op's by its name (never a trait entry of the
+    /// table, which could match traits a custom op declares), others from the table.
+    fn builder(&self, node: &Node, inputs: &[&Shape]) -> Option<KernelBuilder> {
+        match &node.op {
+            Op::Custom(_) => custom::lookup(node, inputs),
+            _ => self.table.lookup(node, inputs).map(|e| e.build),
+        }
     }
 }
 
@@ -70,7 +82,7 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
-        node.inputs.is_empty() || self.table.lookup(node, inputs).is_some()
+        node.inputs.is_empty() || self.builder(node, inputs).is_some()
     }
 
     fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
@@ -80,8 +92,8 @@ impl Backend for CpuBackend {
             exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
                 let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
                 let ins: Vec<&Shape> = ctx.ins.iter().collect();
-                match self.table.lookup(&node, &ins) {
-                    Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
+                match self.builder(&node, &ins) {
+                    Some(build) => build(ctx).map(|k| kernels::profile::wrap(ctx, k)),
                     None => Err(kernels::unsupported(ctx)),
                 }
             })

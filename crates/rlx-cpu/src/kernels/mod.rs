@@ -4,6 +4,7 @@ mod attention;
 mod cross_entropy;
 mod elementwise;
 mod epilogue;
+mod fft;
 mod fused;
 mod fused_norm;
 mod half_fused;
@@ -80,6 +81,7 @@ pub fn table() -> KernelTable<KernelBuilder> {
     cross_entropy::register(&mut t);
     attention::register(&mut t);
     stacked_matmul::register(&mut t);
+    fft::register(&mut t);
     t
 }
 
