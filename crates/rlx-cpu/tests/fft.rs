@@ -79,7 +79,10 @@ fn err(got: &HostTensor, want: &[f64]) -> f64 {
     got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale
 }
 
-fn check(what: &str, run: &dyn Fn(&Graph, &[(&str, HostTensor)]) -> Result<Vec<HostTensor>>) -> usize {
+/// Runs a graph on named inputs: the reference interpreter or a backend.
+type Runner<'a> = &'a dyn Fn(&Graph, &[(&str, HostTensor)]) -> Result<Vec<HostTensor>>;
+
+fn check(what: &str, run: Runner<'_>) -> usize {
     let mut checked = 0;
     let mut failed = vec![];
     for c in cases() {
