@@ -44,7 +44,11 @@ pub fn run(logs: &[usize], rounds: usize, py: &mut Option<PyPeers>) -> Result<()
         }
         let (r, p) = (rlx.median_ms(), median(&np));
         let show = |v: f64| if v.is_nan() { "skipped".to_string() } else { format!("{v:.3}") };
-        println!("| 2^{lg} | {r:.3} | {} | {} |", show(p), if p.is_nan() { "-".into() } else { format!("{:.2}x", p / r) });
+        println!(
+            "| 2^{lg} | {r:.3} | {} | {} |",
+            show(p),
+            if p.is_nan() { "-".into() } else { format!("{:.2}x", p / r) }
+        );
     }
     Ok(())
 }
