@@ -141,6 +141,8 @@ define_ops! {
     Gather(Gather),
     ScatterAdd(ScatterAdd),
     Cumsum(Cumsum),
+    Fft(Fft),
+    Custom(crate::custom::Custom),
     TopK(TopK),
     LayerNorm(LayerNorm),
     RmsNorm(RmsNorm),
@@ -163,8 +165,6 @@ define_ops! {
     Cond(Cond),
     Scan(Scan),
     WhileLoop(WhileLoop),
-    Fft(Fft),
-    Custom(crate::custom::Custom),
 }
 
 /// CamelCase to snake_case, as serde's rename does.
