@@ -2,8 +2,8 @@
 //! no kernel here runs through its decomposition; with neither, legalization fails with
 //! `Error::Unsupported` naming the op.
 
-use crate::kernels::KernelBuilder;
-use rlx_ir::{DType, Node, Op, Shape};
+use crate::kernels::{Kernel, KernelBuilder, KernelCtx, unsupported};
+use rlx_ir::{DType, Node, Op, Result, Shape};
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
 
@@ -37,7 +37,7 @@ pub fn register_kernel(
     name: &'static str,
     dtypes: &'static [DType],
     build: KernelBuilder,
-) -> Result<(), KernelRegistryError> {
+) -> std::result::Result<(), KernelRegistryError> {
     let mut k = kernels().write().unwrap_or_else(|e| e.into_inner());
     let list = k.entry(name).or_default();
     for e in list.iter() {
@@ -60,4 +60,14 @@ pub(crate) fn lookup(node: &Node, inputs: &[&Shape]) -> Option<KernelBuilder> {
     let k = kernels().read().unwrap_or_else(|e| e.into_inner());
     let fits = |e: &&Entry| e.dtypes.contains(&node.ty.dtype) && inputs.iter().all(|s| e.dtypes.contains(&s.dtype));
     k.get(c.name())?.iter().find(fits).map(|e| e.build)
+}
+
+/// The kernel table's one entry for `Op::Custom`: the builder registered under the op's name.
+pub(crate) fn build(ctx: &KernelCtx<'_>) -> Result<Kernel> {
+    let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
+    let ins: Vec<&Shape> = ctx.ins.iter().collect();
+    match lookup(&node, &ins) {
+        Some(build) => build(ctx),
+        None => Err(unsupported(ctx)),
+    }
 }

@@ -38,17 +38,6 @@ impl CpuBackend {
     }
 }
 
-impl CpuBackend {
-    /// The kernel builder for a node: a custom op's by its name (never a trait entry of the
-    /// table, which could match traits a custom op declares), others from the table.
-    fn builder(&self, node: &Node, inputs: &[&Shape]) -> Option<KernelBuilder> {
-        match &node.op {
-            Op::Custom(_) => custom::lookup(node, inputs),
-            _ => self.table.lookup(node, inputs).map(|e| e.build),
-        }
-    }
-}
-
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -82,7 +71,13 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
-        node.inputs.is_empty() || self.builder(node, inputs).is_some()
+        // A custom op is supported only where a kernel is registered under its name (the table's
+        // one `Custom` entry dispatches by name), so legalization decomposes the others.
+        node.inputs.is_empty()
+            || match &node.op {
+                Op::Custom(_) => custom::lookup(node, inputs).is_some(),
+                _ => self.table.lookup(node, inputs).is_some(),
+            }
     }
 
     fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {
@@ -92,8 +87,8 @@ impl Backend for CpuBackend {
             exec::CpuExecutable::new_stateful(req.graph, req.updates, req.memory, |ctx: &KernelCtx<'_>| {
                 let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
                 let ins: Vec<&Shape> = ctx.ins.iter().collect();
-                match self.builder(&node, &ins) {
-                    Some(build) => build(ctx).map(|k| kernels::profile::wrap(ctx, k)),
+                match self.table.lookup(&node, &ins) {
+                    Some(e) => (e.build)(ctx).map(|k| kernels::profile::wrap(ctx, k)),
                     None => Err(kernels::unsupported(ctx)),
                 }
             })

@@ -73,6 +73,8 @@ pub fn table() -> KernelTable<KernelBuilder> {
     fused::register(&mut t);
     fused_norm::register(&mut t);
     indexing::register(&mut t);
+    fft::register(&mut t);
+    t.register(rlx_ir::OpKind::Custom, ALL, crate::custom::build);
     reduce::register(&mut t);
     matmul::register(&mut t);
     movement::register(&mut t);
@@ -81,7 +83,6 @@ pub fn table() -> KernelTable<KernelBuilder> {
     cross_entropy::register(&mut t);
     attention::register(&mut t);
     stacked_matmul::register(&mut t);
-    fft::register(&mut t);
     t
 }
 
