@@ -3,6 +3,7 @@
 
 mod api;
 mod batch;
+pub mod check;
 mod coverage;
 mod diff;
 mod jac;

@@ -11,6 +11,7 @@
 #   mlx_minilm DIR B S REPS    -> the same MiniLM in MLX's Python API (mx.compile, CPU device), seconds
 #                                 + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
+#   rfft N REPS                -> numpy.fft.rfft of N float32 points (complex64 out), each rep's seconds
 #   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
 #                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
 #                                 seconds + the last token's normalized hidden state
@@ -266,6 +267,12 @@ def main():
                 n, reps = int(cmd[1]), int(cmd[2])
                 a, b = square_inputs(n)
                 out = {'seconds': timed(lambda: a @ b, reps)}
+            elif cmd[0] == 'rfft':
+                n, reps = int(cmd[1]), int(cmd[2])
+                x = np.random.default_rng(0).random(n, np.float32)
+                if np.fft.rfft(x).dtype != np.complex64:
+                    raise RuntimeError('numpy.fft.rfft computes float32 in double (numpy < 2)')
+                out = {'seconds': timed(lambda: np.fft.rfft(x), reps)}
             elif cmd[0] == 'mkl_matmul':
                 n, reps, threads = int(cmd[1]), int(cmd[2]), int(cmd[3])
                 lib = mkl()

@@ -6,6 +6,7 @@
 //! (see `rlx_driver::legalize`). `RLX_PROFILE=1` times every kernel (`kernels::profile`).
 #![warn(missing_docs)]
 
+pub mod custom;
 pub mod elem;
 pub mod exec;
 pub mod gemm;
@@ -16,7 +17,7 @@ pub mod threads;
 
 use kernels::{KernelBuilder, KernelCtx};
 use rlx_driver::{Backend, Capabilities, CompileRequest, Executable, Execution, KernelTable};
-use rlx_ir::{Node, Result, Shape};
+use rlx_ir::{Node, Op, Result, Shape};
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -70,7 +71,13 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, node: &Node, inputs: &[&Shape]) -> bool {
-        node.inputs.is_empty() || self.table.lookup(node, inputs).is_some()
+        // A custom op is supported only where a kernel is registered under its name (the table's
+        // one `Custom` entry dispatches by name), so legalization decomposes the others.
+        node.inputs.is_empty()
+            || match &node.op {
+                Op::Custom(_) => custom::lookup(node, inputs).is_some(),
+                _ => self.table.lookup(node, inputs).is_some(),
+            }
     }
 
     fn compile(&self, req: &CompileRequest<'_>) -> Result<Box<dyn Executable>> {

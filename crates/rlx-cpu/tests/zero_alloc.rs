@@ -54,6 +54,21 @@ fn elementwise_reduce_softmax_gather_topk() {
     assert_eq!(allocs_during_run(&g, &[table_v], &[x_v, ids_v]), 0);
 }
 
+/// The four transforms, batched lanes split across the pool (scratch per task made at compile).
+fn fft_family() {
+    use rlx_ir::ops::FftNorm;
+    let mut g = Graph::new("fft");
+    let x = g.input("x", Shape::new(&[64, 1000], DType::F32));
+    let r = g.rfft(x, None, FftNorm::Ortho);
+    let c = g.fft(r, None, FftNorm::Backward);
+    let i = g.ifft(c, None, FftNorm::Forward);
+    let y = g.irfft(i, Some(1000), FftNorm::Backward);
+    g.set_outputs(vec![y]);
+    let v: Vec<f32> = (0..64_000).map(|k| (k as f32 * 0.37).sin()).collect();
+    let x_v = HostTensor::from_f32(&[64, 1000], &v).unwrap();
+    assert_eq!(allocs_during_run(&g, &[], &[x_v]), 0);
+}
+
 fn small_matmul() {
     let mut g = Graph::new("mm");
     let a = g.input("a", Shape::new(&[2, 16, 32], DType::F32));
@@ -356,6 +371,7 @@ fn main() {
     fused_norm_prologue();
     elementwise_reduce_softmax_gather_topk();
     small_matmul();
+    fft_family();
     threaded_matmul();
     matmul_of_two_inputs_packs_b_in_its_tasks();
     quantized_matmul_and_dequantize();

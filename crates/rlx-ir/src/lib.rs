@@ -15,6 +15,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod custom;
 pub mod dtype;
 pub mod error;
 pub mod graph;

@@ -16,6 +16,11 @@ use std::fmt::Write;
 
 /// Prints one op as `name` plus its attributes (JSON, omitted when empty).
 pub fn op_text(op: &Op) -> (String, Option<String>) {
+    // A custom op prints as its registered name with its own attributes.
+    if let Op::Custom(c) = op {
+        let attrs = c.attrs().as_object().filter(|o| !o.is_empty()).map(|o| Value::Object(o.clone()).to_string());
+        return (c.name().to_string(), attrs);
+    }
     let name = op.def().name().to_string();
     let mut obj = match serde_json::to_value(op) {
         Ok(Value::Object(o)) => o,
@@ -51,6 +56,9 @@ pub fn op_from_text(name: &str, attrs: Map<String, Value>) -> std::result::Resul
         {
             return Ok(op);
         }
+    }
+    if crate::custom::registered().contains(&name) {
+        return crate::custom::from_attrs(name, &Value::Object(attrs)).map(Op::Custom).map_err(|e| e.to_string());
     }
     Err(format!("unknown op `{name}`"))
 }

@@ -5,6 +5,7 @@ pub(crate) mod control;
 mod cross_entropy;
 mod elementwise;
 mod epilogue;
+mod fft;
 mod fused;
 mod fused_norm;
 mod half_fused;
@@ -78,6 +79,8 @@ pub fn table() -> KernelTable<KernelBuilder> {
     fused::register(&mut t);
     fused_norm::register(&mut t);
     indexing::register(&mut t);
+    fft::register(&mut t);
+    t.register(rlx_ir::OpKind::Custom, ALL, crate::custom::build);
     reduce::register(&mut t);
     matmul::register(&mut t);
     movement::register(&mut t);

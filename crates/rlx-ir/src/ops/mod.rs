@@ -14,6 +14,7 @@ pub mod cumsum;
 pub mod dims;
 pub mod dynamic;
 pub mod fake_quant;
+pub mod fft;
 pub mod fused;
 pub mod fused_norm;
 pub mod fused_reduce;
@@ -31,6 +32,7 @@ pub mod rules;
 pub mod slice;
 pub mod softmax;
 pub mod stacked_matmul;
+pub mod stft;
 pub mod topk;
 pub mod unary;
 pub mod util;
@@ -45,6 +47,7 @@ pub use cumsum::Cumsum;
 pub use dims::{BroadcastTo, ExpandDims, Squeeze};
 pub use dynamic::{DynamicSlice, DynamicUpdateSlice};
 pub use fake_quant::FakeQuant;
+pub use fft::{Fft, FftKind, FftNorm};
 pub use fused::{Fused, FusedMatMul, Instr};
 pub use fused_norm::{FusedNorm, NormKind};
 pub use fused_reduce::FusedReduce;
@@ -138,6 +141,8 @@ define_ops! {
     Gather(Gather),
     ScatterAdd(ScatterAdd),
     Cumsum(Cumsum),
+    Fft(Fft),
+    Custom(crate::custom::Custom),
     TopK(TopK),
     LayerNorm(LayerNorm),
     RmsNorm(RmsNorm),
