@@ -191,6 +191,11 @@ impl WgpuExecutable {
                         }
                         Plan::Dispatches(ds) => {
                             for d in ds {
+                                // Nothing to run (an output with a zero-size dim): the shader
+                                // text may hold divisions by those zero sizes, which naga rejects.
+                                if d.groups == 0 {
+                                    continue;
+                                }
                                 let pipeline = gpu.pipeline(op.def().name(), &d.wgsl)?;
                                 let srcs: Vec<Src> = d
                                     .binds
@@ -210,9 +215,6 @@ impl WgpuExecutable {
                                     .collect();
                                 uses_status |= d.binds.iter().any(|b| matches!(b, Bind::Status));
                                 let bind = bind_group(dev, &pipeline, &srcs, &bufs, &status, op.def().name());
-                                if d.groups == 0 {
-                                    continue;
-                                }
                                 let mx = gpu.max_groups();
                                 let groups = if d.groups <= mx { (d.groups, 1) } else { (mx, d.groups.div_ceil(mx)) };
                                 if groups.1 > mx {
