@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use rlx_autodiff::{grad, hvp, jvp, vmap};
+use rlx_autodiff::{grad, hvp, jvp};
 use rlx_ir::{DType, Graph, HostTensor, Op, Sample, testkit};
 
 /// Ops whose derivative jumps (second order is checked only elsewhere).
@@ -131,70 +131,14 @@ fn jvp_vjp_and_hvp_match_finite_differences_for_every_sample() {
     assert!(checked > 150, "only {checked} samples were checked");
 }
 
-/// A stack of `b` variants of `t` along a new leading axis (floats perturbed, others repeated).
-fn stack(t: &HostTensor, b: usize, seed: u64) -> HostTensor {
-    let mut v = vec![];
-    for k in 0..b {
-        if t.dtype().is_float() {
-            let noise = rand_like(t, seed + k as u64);
-            v.extend(vals(t).iter().zip(vals(&noise)).map(|(x, n)| x + 0.25 * k as f64 * n));
-        } else {
-            v.extend(t.to_f64_vec().unwrap());
-        }
-    }
-    let mut d = vec![b];
-    d.extend(t.dims());
-    HostTensor::from_f64(&d, DType::F64, &v).unwrap().cast(t.dtype())
-}
-
-/// Example `k` of a batched tensor.
-fn example(t: &HostTensor, k: usize) -> HostTensor {
-    let d = t.dims();
-    let n: usize = d[1..].iter().product();
-    let idx: Vec<usize> = (k * n..(k + 1) * n).collect();
-    HostTensor::new(rlx_ir::Shape::new(&d[1..], t.dtype()), t.data.gather(&idx)).unwrap()
-}
-
-fn check_vmap(s: &Sample, cpu: &rlx_cpu::CpuBackend, which: &[usize]) -> Result<(), String> {
-    let (g, feeds) = testkit::sample_graph(s).map_err(|e| e.to_string())?;
-    let b = 3;
-    let names: Vec<String> = which.iter().map(|&i| format!("in{i}")).collect();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let v = vmap(&g, &refs, b).map_err(|e| format!("vmap: {e}"))?;
-    let bfeeds: Feeds = feeds
-        .iter()
-        .enumerate()
-        .map(|(i, (n, t))| (n.clone(), if which.contains(&i) { stack(t, b, 31 + i as u64) } else { t.clone() }))
-        .collect();
-    let got = eval(&v, &bfeeds).remove(0);
-    let f: Vec<(&str, HostTensor)> = bfeeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-    let on_cpu = rlx_driver::run_host(cpu, &v, &f).map_err(|e| format!("cpu: {e}"))?.remove(0);
-    for k in 0..b {
-        let fk: Feeds = bfeeds
-            .iter()
-            .enumerate()
-            .map(|(i, (n, t))| (n.clone(), if which.contains(&i) { example(t, k) } else { t.clone() }))
-            .collect();
-        let want = eval(&g, &fk).remove(0);
-        testkit::compare(&example(&got, k), &want).map_err(|e| format!("example {k} (reference): {e}"))?;
-        testkit::compare(&example(&on_cpu, k), &want).map_err(|e| format!("example {k} (cpu): {e}"))?;
-    }
-    Ok(())
-}
-
 #[test]
 fn vmap_matches_a_loop_for_every_sample() {
     let cpu = cpu();
     let (mut checked, mut failed) = (0, vec![]);
     for s in Op::all_samples().into_iter().filter(|s| !s.inputs.is_empty()) {
-        let n = s.inputs.len();
-        // Every input batched, then only the first, then only the last.
-        let mut patterns = vec![(0..n).collect::<Vec<_>>(), vec![0]];
-        if n > 1 {
-            patterns.push(vec![n - 1]);
-        }
-        for p in patterns {
-            match check_vmap(&s, cpu, &p) {
+        // Every input batched, then only the first, then only the last; on the reference and the CPU.
+        for p in rlx_autodiff::check::vmap_patterns(s.inputs.len()) {
+            match rlx_autodiff::check::vmap_against_loop(&s, &p, Some(&|g, f| rlx_driver::run_host(cpu, g, f))) {
                 Ok(()) => checked += 1,
                 Err(e) => failed.push(format!("{} batched {p:?}: {e}", s.label)),
             }
