@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod builders;
+mod control;
 mod convert;
 mod errors;
 mod graph;

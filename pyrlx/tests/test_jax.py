@@ -13,7 +13,7 @@ import rlx.numpy as rnp
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "jax_reference.npz")
 TR = types.SimpleNamespace(jit=rlx.jit, grad=rlx.grad, value_and_grad=rlx.value_and_grad, vmap=rlx.vmap, jvp=rlx.jvp)
-CASES = sorted(jaxfuncs.cases(rnp, TR, jaxfuncs.inputs()))
+CASES = sorted(jaxfuncs.all_cases(rnp, TR, rlx.lax, jaxfuncs.inputs()))
 
 
 def reference(name):
@@ -25,7 +25,7 @@ def reference(name):
 
 @pytest.mark.parametrize("name", CASES)
 def test_against_jax_fixture(name):
-    got = jaxfuncs.flatten(jaxfuncs.cases(rnp, TR, jaxfuncs.inputs())[name]())
+    got = jaxfuncs.flatten(jaxfuncs.all_cases(rnp, TR, rlx.lax, jaxfuncs.inputs())[name]())
     want = reference(name)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -36,12 +36,8 @@ def test_against_jax_fixture(name):
 @pytest.mark.parametrize("name", CASES)
 def test_fixture_matches_live_jax(name):
     """Guards against stale fixtures; runs only where jax is installed."""
-    jax = pytest.importorskip("jax")
-    import jax.numpy as jnp
-
-    ns = types.SimpleNamespace(**{k: getattr(jnp, k) for k in ("sum", "mean", "tanh", "sin", "exp", "sqrt")})
-    ns.log_softmax = jax.nn.log_softmax
-    tr = types.SimpleNamespace(jit=jax.jit, grad=jax.grad, value_and_grad=jax.value_and_grad, vmap=jax.vmap, jvp=jax.jvp)
-    live = jaxfuncs.flatten(jaxfuncs.cases(ns, tr, jaxfuncs.inputs())[name]())
+    pytest.importorskip("jax")
+    ns, tr, lax = jaxfuncs.jax_namespaces()
+    live = jaxfuncs.flatten(jaxfuncs.all_cases(ns, tr, lax, jaxfuncs.inputs())[name]())
     for g, w in zip(live, reference(name)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

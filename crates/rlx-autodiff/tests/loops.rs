@@ -344,10 +344,16 @@ fn newton_while_loop_matches_jax() {
         assert_eq!(vals(&got[0])[4], want[4], "trip count");
     }
     assert!(want[4] >= 5.0, "a data-dependent trip count: {}", want[4]);
-    // Forward mode (through the masked unrolling, so with a small bound).
+    // Forward mode is a loop too (carry and tangent stacked), with the same unbounded trip count
+    // that no unrolling could hold; on the CPU it runs natively.
+    let j = jvp(&newton(usize::MAX), &["a"]).unwrap();
+    assert!(compiled_nodes(&j).1 >= 2, "the primal and the tangent loop run natively");
+    for t in [eval(&j, &feeds), cpu(&j, &feeds)] {
+        assert_close("newton jvp", &vals(&t[1]), &fx.get(&["newton", "jvp"]).1, 1e-10);
+    }
+    // The masked unrolling (a backend without loops, a small bound) agrees.
     let j = jvp(&newton(64), &["a"]).unwrap();
-    let t = eval(&j, &feeds);
-    assert_close("newton jvp", &vals(&t[1]), &fx.get(&["newton", "jvp"]).1, 1e-10);
+    assert_close("newton jvp, bounded", &vals(&eval(&j, &feeds)[1]), &fx.get(&["newton", "jvp"]).1, 1e-10);
     // Reverse mode is refused, naming the op and why.
     let mut l = newton(64);
     let y = l.outputs()[0];

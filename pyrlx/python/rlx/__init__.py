@@ -10,7 +10,7 @@
     dw = rlx.grad(lambda x, w: rnp.sum(layer(x, w)), argnums=1)(x, w)
 """
 
-from . import _rlx, models, nn, numpy, transforms  # noqa: F401
+from . import _rlx, lax, models, nn, numpy, transforms  # noqa: F401
 from ._api import Transformed, grad, jit, jvp, value_and_grad, vmap
 from ._rlx import CompiledGraph, Graph, Node, Session, __version__, dtypes
 from ._trace import Tracer
@@ -18,6 +18,6 @@ from ._tree import tree_flatten, tree_map, tree_unflatten
 
 __all__ = [
     "CompiledGraph", "Graph", "Node", "Session", "Tracer", "Transformed", "__version__", "dtypes",
-    "grad", "jit", "jvp", "models", "nn", "numpy", "transforms", "tree_flatten", "tree_map", "tree_unflatten",
+    "grad", "jit", "jvp", "lax", "models", "nn", "numpy", "transforms", "tree_flatten", "tree_map", "tree_unflatten",
     "value_and_grad", "vmap",
 ]

@@ -82,7 +82,8 @@ class Trace:
         arr = np.asarray(x)
         if arr.dtype == np.float64 and not isinstance(x, np.ndarray) and not isinstance(x, np.generic):
             arr = arr.astype(np.float32)  # Python float lists are f32, as in JAX
-        return Tracer(self, self.graph.constant(np.ascontiguousarray(arr)))
+        # ascontiguousarray makes 0-d arrays 1-d: a numpy scalar must stay a scalar.
+        return Tracer(self, self.graph.constant(np.ascontiguousarray(arr) if arr.ndim else arr))
 
     def _capture(self, x: "Tracer") -> "Tracer":
         if x.trace not in _STACK:

@@ -422,14 +422,13 @@ impl NestedRules for Scan {
 impl NestedRules for WhileLoop {
     fn jvp_nested(
         &self,
-        _g: &mut Graph,
-        _ins: &[NodeId],
-        _tangents: &[Option<NodeId>],
-        _out: NodeId,
-        _tx: &dyn Transforms,
+        g: &mut Graph,
+        ins: &[NodeId],
+        tangents: &[Option<NodeId>],
+        out: NodeId,
+        tx: &dyn Transforms,
     ) -> Option<Result<NodeId>> {
-        // Forward mode goes through the masked unrolling (`decompose`).
-        None
+        Some(self.jvp_loop(g, ins, tangents, out, tx))
     }
     fn vjp_nested(
         &self,

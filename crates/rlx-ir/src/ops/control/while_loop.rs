@@ -110,3 +110,78 @@ fn while_sample(dt: DType) -> WhileLoop {
     b.set_outputs(vec![y]);
     WhileLoop { cond: Box::new(c), body: Box::new(b), max_trips: 6 }
 }
+
+impl WhileLoop {
+    /// Forward mode as one loop: the carry and its tangent travel stacked (`[2, ..]`) through a
+    /// `while_loop` whose cond reads the carry half and whose body is the body's JVP, so the trip
+    /// count stays data-dependent and nothing is unrolled. Consts with tangents pass theirs in as
+    /// further consts (they do not change across trips).
+    pub(super) fn jvp_loop(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        t: &[Option<NodeId>],
+        out: NodeId,
+        tx: &dyn super::Transforms,
+    ) -> Result<NodeId> {
+        let err =
+            |reason: String| crate::Error::Transform { transform: "jvp", op: "while_loop".into(), node: out.0, reason };
+        let carry = g.shape(ins[0]).cloned().ok_or_else(|| err("the carry has no shape".into()))?;
+        if !carry.dtype.is_float() {
+            return Err(err(format!("the carry is {carry}: an integer carry has no tangent")));
+        }
+        let d = dims(g, ins[0]);
+        let kt: Vec<usize> = (1..ins.len()).filter(|&i| t[i].is_some() && g.dtype(ins[i]).is_float()).collect();
+        let mut wrt = vec![0];
+        wrt.extend(&kt);
+        // The JVP body: inputs [c, consts.., tc, tk..], outputs [c', tc'].
+        let j = tx.jvp(&self.body, &wrt)?;
+        let mut pair_dims = vec![2];
+        pair_dims.extend(&d);
+        let pair = Shape::new(&pair_dims, carry.dtype);
+        let const_shapes: Vec<Shape> =
+            ins[1..].iter().map(|&k| g.shape(k).cloned().expect("an input's shape")).collect();
+        let tk_shapes: Vec<Shape> = kt.iter().map(|&i| const_shapes[i - 1].clone()).collect();
+        // Inputs of both new bodies: [pair, consts.., tk..].
+        let open = |name: &str| -> (Graph, NodeId, NodeId, Vec<NodeId>, Vec<NodeId>) {
+            let mut b = Graph::new(name);
+            let p = b.input("pair", pair.clone());
+            let ks: Vec<NodeId> =
+                const_shapes.iter().enumerate().map(|(i, s)| b.input(&format!("k{i}"), s.clone())).collect();
+            let tks: Vec<NodeId> =
+                tk_shapes.iter().enumerate().map(|(i, s)| b.input(&format!("tk{i}"), s.clone())).collect();
+            let c = b.slice_axis(p, 0, 0, 1);
+            let c = b.reshape(c, &d);
+            let tc = b.slice_axis(p, 0, 1, 2);
+            let tc = b.reshape(tc, &d);
+            (b, c, tc, ks, tks)
+        };
+        let (mut cg, c, _tc, ks, _tks) = open("while_jvp_cond");
+        let mut args = vec![c];
+        args.extend(&ks);
+        let go = inline(&mut cg, &self.cond, &args).ok_or_else(|| err("the cond body does not inline".into()))?;
+        cg.set_outputs(vec![go[0]]);
+        let (mut bg, c, tc, ks, tks) = open("while_jvp_body");
+        let mut args = vec![c];
+        args.extend(&ks);
+        args.push(tc);
+        args.extend(&tks);
+        let o = inline(&mut bg, &j, &args).ok_or_else(|| err("the JVP body does not inline".into()))?;
+        let mut one = vec![1];
+        one.extend(&d);
+        let (c1, t1) = (bg.reshape(o[0], &one), bg.reshape(o[1], &one));
+        let next = bg.concat(&[c1, t1], 0);
+        bg.set_outputs(vec![next]);
+        let t0 = crate::ops::rules::or_zeros(g, t[0], ins[0]);
+        let (c0, t0) = (g.reshape(ins[0], &one), g.reshape(t0, &one));
+        let p0 = g.concat(&[c0, t0], 0);
+        let mut consts = ins[1..].to_vec();
+        consts.extend(kt.iter().map(|&i| t[i].expect("a tangent")));
+        let mut loop_ins = vec![p0];
+        loop_ins.extend(consts);
+        let w = WhileLoop { cond: Box::new(cg), body: Box::new(bg), max_trips: self.max_trips };
+        let p = g.try_add(w, &loop_ins)?;
+        let tan = g.slice_axis(p, 0, 1, 2);
+        Ok(g.reshape(tan, &d))
+    }
+}
