@@ -141,6 +141,7 @@ def lax_cases(ns, tr, lax, I):
         "cond_tree_false": lambda: tr.jit(L(cond_tree))(I["pos"][:4], I["wh"]),
         "cond_tree_grad": lambda: tr.grad(lambda w: ns.sum(L(cond_tree)(I["pos"][:4], w)[0]))(I["wh"]),
         "while_grow": lambda: tr.jit(L(grow))(I["pos"]),
+        "while_grow_vmap": lambda: tr.vmap(L(grow))(np.abs(I["batch"][:, 0, :5]) + 0.5),
         "while_grow_jvp": lambda: tr.jvp(lambda x: L(grow)(x)[1], (I["pos"],), (I["pos"] * 0.1,)),
     }
 

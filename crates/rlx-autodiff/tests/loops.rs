@@ -458,3 +458,26 @@ fn vmap_of_a_scan_is_a_scan() {
         assert_close("vmap", &vals(&got[0]), &want, 1e-12);
     }
 }
+
+/// vmap of a `while_loop` is one loop that runs while any element's condition holds, each
+/// element stopping at its own trip count (no unrolling, so no bound on the trips).
+#[test]
+fn vmap_of_a_while_loop_is_a_while_loop() {
+    let g = newton(usize::MAX);
+    let v = rlx_autodiff::vmap(&g, &["a"], 3).unwrap();
+    assert!(compiled_nodes(&v).1 >= 1);
+    // Targets far apart, so the rows need different numbers of Newton steps.
+    let a = [2.0, 3.0, 5.0, 7.0, 1e-3, 0.5, 1e6, 9.0, 1.0, 1.0, 1.0, 1.0];
+    let mut want = vec![];
+    let mut trips = vec![];
+    for b in 0..3 {
+        let out = vals(&eval(&g, &vec![("a".into(), f64s(&[4], &a[4 * b..4 * b + 4]))])[0]);
+        trips.push(out[4]);
+        want.extend(out);
+    }
+    assert!(trips[0] != trips[1] && trips[1] != trips[2], "trip counts {trips:?}");
+    let feeds: Feeds = vec![("a".into(), f64s(&[3, 4], &a))];
+    for got in [eval(&v, &feeds), cpu(&v, &feeds)] {
+        assert_close("vmap while", &vals(&got[0]), &want, 1e-12);
+    }
+}

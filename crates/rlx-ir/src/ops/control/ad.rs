@@ -430,6 +430,16 @@ impl NestedRules for WhileLoop {
     ) -> Option<Result<NodeId>> {
         Some(self.jvp_loop(g, ins, tangents, out, tx))
     }
+    fn batch_nested(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn Transforms,
+    ) -> Option<Result<NodeId>> {
+        Some(self.batch_loop(g, ins, batched, size, tx))
+    }
     fn vjp_nested(
         &self,
         _g: &mut Graph,

@@ -185,3 +185,61 @@ impl WhileLoop {
         Ok(g.reshape(tan, &d))
     }
 }
+
+/// `g` with its inputs in `like`'s order, matched by name (vmap may reorder them).
+fn inputs_as(g: &Graph, like: &Graph) -> Graph {
+    let names: Vec<&str> = like.inputs().iter().map(|&(_, n)| n).collect();
+    let have: Vec<&str> = g.inputs().iter().map(|&(_, n)| n).collect();
+    let order: Vec<usize> = names.iter().filter_map(|n| have.iter().position(|m| m == n)).collect();
+    super::ad::reorder_inputs(g, &order)
+}
+
+impl WhileLoop {
+    /// Batching as one loop, as JAX does: the carry gains the batch axis (broadcast when only
+    /// consts are batched), the loop runs while any element's condition holds, and elements
+    /// whose condition has failed keep their carry (a select per trip).
+    pub(super) fn batch_loop(
+        &self,
+        g: &mut Graph,
+        ins: &[NodeId],
+        batched: &[bool],
+        size: usize,
+        tx: &dyn super::Transforms,
+    ) -> Result<NodeId> {
+        let wrt: Vec<usize> = (0..ins.len()).filter(|&i| i == 0 || batched[i]).collect();
+        let vcond = inputs_as(&tx.vmap(&self.cond, &wrt, size)?, &self.cond);
+        let vbody = inputs_as(&tx.vmap(&self.body, &wrt, size)?, &self.body);
+        let mut args = vec![if batched[0] { ins[0] } else { crate::ops::rules::add_batch(g, ins[0], size) }];
+        args.extend_from_slice(&ins[1..]);
+        let shapes: Vec<Shape> = args.iter().map(|&x| g.shape(x).cloned().expect("an operand's shape")).collect();
+        let open = |name: &str| -> (Graph, Vec<NodeId>) {
+            let mut b = Graph::new(name);
+            let xs = shapes.iter().enumerate().map(|(i, s)| b.input(&format!("a{i}"), s.clone())).collect();
+            (b, xs)
+        };
+        let err = |what: &str| crate::Error::Transform {
+            transform: "vmap",
+            op: "while_loop".into(),
+            node: ins[0].0,
+            reason: format!("the batched {what} does not inline"),
+        };
+        // cond: any element still running.
+        let (mut c, xs) = open("while_vmap_cond");
+        let go = inline(&mut c, &vcond, &xs).ok_or_else(|| err("cond"))?[0];
+        let go = c.cast(go, DType::F32);
+        let any = c.max(go, &[0], false);
+        let zero = c.scalar(0.0, DType::F32);
+        let any = c.gt(any, zero);
+        c.set_outputs(vec![any]);
+        // body: step the running elements, keep the others.
+        let (mut b, xs) = open("while_vmap_body");
+        let go = inline(&mut b, &vcond, &xs).ok_or_else(|| err("cond"))?[0];
+        let next = inline(&mut b, &vbody, &xs).ok_or_else(|| err("body"))?[0];
+        let mut keep = vec![size];
+        keep.resize(shapes[0].rank(), 1);
+        let go = b.reshape(go, &keep);
+        let out = b.where_(go, next, xs[0]);
+        b.set_outputs(vec![out]);
+        g.try_add(WhileLoop { cond: Box::new(c), body: Box::new(b), max_trips: self.max_trips }, &args)
+    }
+}
