@@ -481,3 +481,64 @@ fn vmap_of_a_while_loop_is_a_while_loop() {
         assert_close("vmap while", &vals(&got[0]), &want, 1e-12);
     }
 }
+
+/// `cond`'s derivatives are branches too: only the taken branch is differentiated, so `log` of
+/// a negative input in the branch not taken leaves the gradient finite (a select would give
+/// NaN * 0 = NaN), and vmap with an unbatched predicate stays one branch.
+#[test]
+fn cond_derivatives_and_vmap_take_one_branch() {
+    let s = Shape::new(&[3], DType::F64);
+    let mut a = Graph::new("then");
+    let x = a.input("x", s.clone());
+    let y = a.log(x);
+    a.set_outputs(vec![y]);
+    let mut b = Graph::new("else");
+    let x = b.input("x", s.clone());
+    let y = b.mul(x, x);
+    b.set_outputs(vec![y]);
+    let mut g = Graph::new("safe_log");
+    let x = g.input("x", s.clone());
+    let t = g.sum_all(x);
+    let zero = g.scalar(0.0, DType::F64);
+    let p = g.gt(t, zero);
+    let y = g.cond(p, a, b, &[x]);
+    let l = g.sum_all(y);
+    g.set_outputs(vec![l]);
+    let xid = leaf(&g, "x").unwrap();
+    let gr = grad_with_loss(&g, &[xid]).unwrap();
+    assert!(compiled_nodes(&gr).1 >= 2, "the forward and the backward branch run natively");
+    for (xv, want) in [([-1.0, -2.0, 0.5], [-2.0, -4.0, 1.0]), ([1.0, 2.0, 0.5], [1.0, 0.5, 2.0])] {
+        let feeds: Feeds = vec![("x".into(), f64s(&[3], &xv))];
+        for got in [eval(&gr, &feeds), cpu(&gr, &feeds)] {
+            assert_close("cond grad", &vals(&got[1]), &want, 1e-12);
+        }
+        let j = jvp(&g, &["x"]).unwrap();
+        let mut f = feeds.clone();
+        f.push(("tangent_x".into(), f64s(&[3], &[1.0, 1.0, 1.0])));
+        assert_close("cond jvp", &vals(&eval(&j, &f)[1]), &[want.iter().sum()], 1e-12);
+    }
+    // vmap over the operand with the predicate fixed: one cond of batched branches.
+    let mut h = Graph::new("branch");
+    let p = h.input("p", Shape::new(&[], DType::Bool));
+    let x = h.input("x", s.clone());
+    let (mut a2, mut b2) = (Graph::new("then"), Graph::new("else"));
+    let xa = a2.input("x", s.clone());
+    let ya = a2.sin(xa);
+    a2.set_outputs(vec![ya]);
+    let xb = b2.input("x", s.clone());
+    let yb = b2.exp(xb);
+    b2.set_outputs(vec![yb]);
+    let y = h.cond(p, a2, b2, &[x]);
+    h.set_outputs(vec![y]);
+    let v = rlx_autodiff::vmap(&h, &["x"], 2).unwrap();
+    assert!(v.nodes().iter().any(|n| matches!(n.op, Op::Cond(_))), "still a branch");
+    let xs = [0.1, 0.2, 0.3, -0.4, -0.5, -0.6];
+    for pv in [true, false] {
+        let feeds: Feeds =
+            vec![("p".into(), HostTensor::from_bool(&[], &[pv]).unwrap()), ("x".into(), f64s(&[2, 3], &xs))];
+        let want: Vec<f64> = xs.iter().map(|&x: &f64| if pv { x.sin() } else { x.exp() }).collect();
+        for got in [eval(&v, &feeds), cpu(&v, &feeds)] {
+            assert_close("vmap cond", &vals(&got[0]), &want, 1e-12);
+        }
+    }
+}

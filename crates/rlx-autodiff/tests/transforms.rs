@@ -273,8 +273,8 @@ fn missing_rules_and_dynamic_dims_are_errors() {
         ("xs".into(), HostTensor::from_f64(&[0, 2], DType::F64, &[]).unwrap()),
     ];
     assert_eq!(vals(&eval(&grad(&g, &[h0]).unwrap(), &feeds)[0]), vec![0.0, 0.0]);
-    // A while_loop bounded past the unrolling limit has no forward rule here, and never a
-    // reverse one: the transforms name the op.
+    // A while_loop bounded past the unrolling limit differentiates forward as a loop, and never
+    // in reverse: the transform names the op.
     let mut c = Graph::new("c");
     let cx = c.input("x", Shape::new(&[2], DType::F64));
     let t = c.sum_all(cx);
@@ -290,9 +290,14 @@ fn missing_rules_and_dynamic_dims_are_errors() {
     let y = g.while_loop(c, b, x, &[], usize::MAX);
     let l = g.sum_all(y);
     g.set_outputs(vec![l]);
-    let e = jvp(&g, &["x"]).unwrap_err();
-    assert!(matches!(&e, Error::Transform { transform: "jvp", op, .. } if op == "while_loop"), "{e}");
-    assert!(e.to_string().contains("no jvp rule and no decomposition"), "{e}");
+    let j = jvp(&g, &["x"]).unwrap();
+    let feeds: Feeds = vec![
+        ("x".into(), HostTensor::from_f64(&[2], DType::F64, &[0.25, 0.5]).unwrap()),
+        ("tangent_x".into(), HostTensor::from_f64(&[2], DType::F64, &[1.0, 1.0]).unwrap()),
+    ];
+    // 0.75 doubles twice to reach 3: the value and the tangent scale by 4.
+    let out = eval(&j, &feeds);
+    assert_eq!((vals(&out[0]), vals(&out[1])), (vec![3.0], vec![8.0]));
     let e = grad(&g, &[x]).unwrap_err().to_string();
     assert!(e.contains("vjp: op `while_loop`") && e.contains("forward-mode only"), "{e}");
     // Dynamic dims must be bound first.

@@ -61,6 +61,14 @@ pub(crate) fn run_body(op: &str, body: &Graph, args: &[&HostTensor]) -> Result<V
     interp::evaluate(body, &feeds).map_err(|e| Error::eval(op, format!("in its body: {e}")))
 }
 
+/// `g` with its inputs in `like`'s order, matched by name (vmap may reorder them).
+pub(crate) fn inputs_as(g: &Graph, like: &Graph) -> Graph {
+    let names: Vec<&str> = like.inputs().iter().map(|&(_, n)| n).collect();
+    let have: Vec<&str> = g.inputs().iter().map(|&(_, n)| n).collect();
+    let order: Vec<usize> = names.iter().filter_map(|n| have.iter().position(|m| m == n)).collect();
+    ad::reorder_inputs(g, &order)
+}
+
 /// `body` without the nodes no output needs (run per trip, dead code costs every trip). Inputs
 /// stay, dead or not: a body's operands are positional.
 pub fn prune(body: &Graph) -> Graph {

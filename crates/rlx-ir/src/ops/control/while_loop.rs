@@ -186,14 +186,6 @@ impl WhileLoop {
     }
 }
 
-/// `g` with its inputs in `like`'s order, matched by name (vmap may reorder them).
-fn inputs_as(g: &Graph, like: &Graph) -> Graph {
-    let names: Vec<&str> = like.inputs().iter().map(|&(_, n)| n).collect();
-    let have: Vec<&str> = g.inputs().iter().map(|&(_, n)| n).collect();
-    let order: Vec<usize> = names.iter().filter_map(|n| have.iter().position(|m| m == n)).collect();
-    super::ad::reorder_inputs(g, &order)
-}
-
 impl WhileLoop {
     /// Batching as one loop, as JAX does: the carry gains the batch axis (broadcast when only
     /// consts are batched), the loop runs while any element's condition holds, and elements
@@ -207,8 +199,8 @@ impl WhileLoop {
         tx: &dyn super::Transforms,
     ) -> Result<NodeId> {
         let wrt: Vec<usize> = (0..ins.len()).filter(|&i| i == 0 || batched[i]).collect();
-        let vcond = inputs_as(&tx.vmap(&self.cond, &wrt, size)?, &self.cond);
-        let vbody = inputs_as(&tx.vmap(&self.body, &wrt, size)?, &self.body);
+        let vcond = super::inputs_as(&tx.vmap(&self.cond, &wrt, size)?, &self.cond);
+        let vbody = super::inputs_as(&tx.vmap(&self.body, &wrt, size)?, &self.body);
         let mut args = vec![if batched[0] { ins[0] } else { crate::ops::rules::add_batch(g, ins[0], size) }];
         args.extend_from_slice(&ins[1..]);
         let shapes: Vec<Shape> = args.iter().map(|&x| g.shape(x).cloned().expect("an operand's shape")).collect();
