@@ -62,6 +62,91 @@ pub fn grow<T: Clone>(buf: &mut Vec<T>, len: usize, value: T) {
     }
 }
 
+/// Zeroed bytes in their own anonymous mapping that starts on a 2 MiB boundary, advised for huge
+/// pages: every whole 2 MiB of it can be one huge page, where a heap block (which starts anywhere)
+/// loses up to one per buffer at each end. Only the bytes asked for are mapped (the tail past the
+/// last 2 MiB boundary stays on 4 KiB pages), so no memory is spent on rounding.
+pub struct HugeZeroed {
+    ptr: *mut u8,
+    len: usize,
+    mapped: usize,
+}
+
+// SAFETY: a plain owned mapping; shared access goes through `&self` (reads) only.
+unsafe impl Send for HugeZeroed {}
+// SAFETY: as above.
+unsafe impl Sync for HugeZeroed {}
+
+impl HugeZeroed {
+    /// `len` zeroed bytes, or None where huge pages are off (`RLX_HUGE_PAGES=0`), the size is
+    /// under one huge page, the system is not Linux, or the mapping fails: the caller then
+    /// allocates as usual.
+    pub fn new(len: usize) -> Option<HugeZeroed> {
+        if len < HUGE_PAGE_BYTES || !enabled() {
+            return None;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            const PAGE: usize = 4096;
+            let mapped = len.next_multiple_of(PAGE);
+            let reserve = mapped + HUGE_PAGE_BYTES;
+            // SAFETY: a fresh private anonymous mapping; the parts outside the aligned span are
+            // unmapped at once and never touched.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    reserve,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return None;
+                }
+                let base = p as usize;
+                let start = base.next_multiple_of(HUGE_PAGE_BYTES);
+                if start > base {
+                    libc::munmap(p, start - base);
+                }
+                let end = start + mapped;
+                if base + reserve > end {
+                    libc::munmap(end as *mut libc::c_void, base + reserve - end);
+                }
+                advise(start as *const u8, mapped);
+                Some(HugeZeroed { ptr: start as *mut u8, len, mapped })
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
+    /// The bytes' start (2 MiB aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The bytes asked for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: `new` declines empty buffers.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HugeZeroed {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: the span mapped in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.mapped);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +157,23 @@ mod tests {
         let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
         let line = s.lines().find(|l| l.starts_with("AnonHugePages:"))?;
         line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn huge_zeroed_spans_start_on_a_huge_page_and_read_zero() {
+        if !enabled() {
+            return;
+        }
+        let len = 5 * HUGE_PAGE_BYTES + 12345;
+        let z = HugeZeroed::new(len).expect("an anonymous mapping");
+        assert_eq!(z.as_ptr() as usize % HUGE_PAGE_BYTES, 0);
+        // SAFETY: `len` bytes owned by `z`, zeroed by the kernel.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(z.as_ptr(), z.len()) };
+        assert!(bytes.iter().step_by(4093).all(|&b| b == 0));
+        bytes[len - 1] = 7;
+        assert_eq!(bytes[len - 1], 7);
+        assert!(HugeZeroed::new(HUGE_PAGE_BYTES - 1).is_none(), "under one huge page: the heap");
     }
 
     #[cfg(target_os = "linux")]

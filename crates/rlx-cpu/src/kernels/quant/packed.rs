@@ -11,11 +11,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// A 64-byte aligned byte buffer, zeroed lazily by the system (fresh pages are not touched).
+/// Decode streams these bytes from DRAM every token: from one huge page on, they get a mapping
+/// of their own on a 2 MiB boundary, so that nearly all of them lie on huge pages.
 struct Aligned {
     base: *mut u8,
     ptr: *mut u8,
     len: usize,
     layout: std::alloc::Layout,
+    mapped: Option<rlx_driver::huge_pages::HugeZeroed>,
 }
 
 // SAFETY: a plain owned allocation, written only before it is shared (then read-only).
@@ -25,6 +28,10 @@ unsafe impl Sync for Aligned {}
 
 impl Aligned {
     fn zeroed(len: usize) -> Aligned {
+        if let Some(m) = rlx_driver::huge_pages::HugeZeroed::new(len) {
+            let layout = std::alloc::Layout::new::<u8>();
+            return Aligned { base: std::ptr::null_mut(), ptr: m.as_ptr(), len, layout, mapped: Some(m) };
+        }
         // 16-byte alignment plus 64 spare bytes, aligned up by hand: `calloc` then leaves fresh
         // pages untouched (an over-aligned layout would memset them).
         let layout = std::alloc::Layout::from_size_align(len + 64, 16).expect("repacked size fits in memory");
@@ -37,7 +44,7 @@ impl Aligned {
         rlx_driver::huge_pages::advise(base, layout.size());
         // SAFETY: at most 63 bytes past `base`, inside the 64 spare bytes.
         let ptr = unsafe { base.add(base.align_offset(64)) };
-        Aligned { base, ptr, len, layout }
+        Aligned { base, ptr, len, layout, mapped: None }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -53,6 +60,10 @@ impl Aligned {
 
 impl Drop for Aligned {
     fn drop(&mut self) {
+        if self.mapped.is_some() {
+            // The mapping unmaps itself.
+            return;
+        }
         // SAFETY: allocated in `zeroed` with this layout, freed once.
         unsafe { std::alloc::dealloc(self.base, self.layout) };
     }
