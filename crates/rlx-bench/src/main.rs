@@ -1,11 +1,12 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] |
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] |
 //! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
+mod decode;
 mod fft;
 mod matmul;
 mod minilm;
@@ -96,6 +97,13 @@ fn main() {
             header();
             qmatmul::run(&if nums.is_empty() { vec![1, 2, 4, 8, 16, 128] } else { nums.clone() }, rounds)
         }
+        Some("decode") => {
+            header();
+            match args.get(1) {
+                Some(path) => decode::run(path, nums.first().copied().unwrap_or(128), rounds),
+                None => Err("usage: rlx-bench decode MODEL.gguf [TOKENS]".into()),
+            }
+        }
         Some("compile") => minilm::compile_only(nums.first().copied().unwrap_or(1)),
         Some("train") => {
             header();
@@ -111,7 +119,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..]".into())
         }
     };
     if let Err(e) = r {

@@ -12,13 +12,22 @@ use std::time::Instant;
 
 /// `rlx-bench pjrt [BATCH..]` / `rlx-bench mlx [BATCH..]`: forward time, compile time and
 /// per-run overhead on `device` (Tpu or Mlx) against its framework's Python peer.
-pub fn compare(device: Device, batch: usize, seq: usize, rounds: usize, py: &mut Option<PyPeers>) -> Result<(), String> {
+pub fn compare(
+    device: Device,
+    batch: usize,
+    seq: usize,
+    rounds: usize,
+    py: &mut Option<PyPeers>,
+) -> Result<(), String> {
     let reps = if batch == 1 { 10 } else { 3 };
     let (peer, peer_mod, peer_name, target) = match device {
         Device::Mlx => ("mlx_minilm", "mlx", "MLX Python (mx.compile)", 1.1),
         _ => ("jax_minilm", "jax", "JAX jit (jaxlib's XLA)", 1.15),
     };
-    println!("\n## MiniLM-L6 forward {batch}x{seq} on {device} (ms, median of {} runs each; {rounds} rounds)", rounds * reps);
+    println!(
+        "\n## MiniLM-L6 forward {batch}x{seq} on {device} (ms, median of {} runs each; {rounds} rounds)",
+        rounds * reps
+    );
     let session = rlx_runtime::Session::new(device);
     if let Some(why) = device.unavailable_reason() {
         return Err(format!("Device::{device} is unavailable: {why}"));
@@ -35,7 +44,9 @@ pub fn compare(device: Device, batch: usize, seq: usize, rounds: usize, py: &mut
     let e_x = m.embed_tokens(&t).map_err(|e| e.to_string())?;
     let cos_cpu = min_cosine(&e_x, &e_cpu);
     let p = py.as_mut().filter(|p| p.has(peer_mod) && p.has("safetensors") && p.has("tokenizers"));
-    let Some(p) = p else { return Err(format!("peer unavailable: python modules {peer_mod}, safetensors, tokenizers")) };
+    let Some(p) = p else {
+        return Err(format!("peer unavailable: python modules {peer_mod}, safetensors, tokenizers"));
+    };
     let dir_s = dir.display().to_string();
     let (mut t_x, mut t_j) = (Timer::default(), vec![]);
     let (mut first_j, mut cos_j) = (f64::NAN, f64::NAN);
@@ -53,12 +64,18 @@ pub fn compare(device: Device, batch: usize, seq: usize, rounds: usize, py: &mut
         }
     }
     let (x, j) = (t_x.median_ms(), median(&t_j));
-    let ours = if device == Device::Mlx { "RLX on MLX (rlx-mlx)".to_string() } else { format!("RLX on XLA (rlx-pjrt, {})", plugin_name()) };
+    let ours = if device == Device::Mlx {
+        "RLX on MLX (rlx-mlx)".to_string()
+    } else {
+        format!("RLX on XLA (rlx-pjrt, {})", plugin_name())
+    };
     println!("| runtime | ms | / peer (<= {target} is the target) |");
     println!("|---|---|---|");
     println!("| {ours} | {x:.2} | {:.3}x |", x / j);
     println!("| {peer_name} | {j:.2} | 1.000x |");
-    println!("compile: RLX prepare (graph, pipeline, lowering, backend compile, params upload) {compile_s:.2} s; peer first call (trace + compile + run) {first_j:.2} s");
+    println!(
+        "compile: RLX prepare (graph, pipeline, lowering, backend compile, params upload) {compile_s:.2} s; peer first call (trace + compile + run) {first_j:.2} s"
+    );
     print!("per run: {}", session.profile_report());
     println!("embeddings: min cosine vs RLX CPU {cos_cpu:.7}, vs the peer {cos_j:.7}");
     Ok(())

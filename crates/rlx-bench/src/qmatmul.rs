@@ -15,7 +15,7 @@ const K: usize = 2048;
 const N: usize = 5632;
 
 /// GB/s of a read-sum over `buf` split across the CPU pool's threads.
-fn read_gbs(buf: &[u32]) -> f64 {
+pub fn read_gbs(buf: &[u32]) -> f64 {
     let tasks = rlx_cpu::threads::num_threads() * 8;
     let chunk = buf.len().div_ceil(tasks);
     let total = AtomicU32::new(0);
@@ -49,7 +49,8 @@ pub fn run(rows: &[usize], rounds: usize) -> Result<(), String> {
     let w: Vec<f32> = (0..N * K).map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 1001.0).collect();
     let packed = scheme.quantize_rows(&w, K).map_err(|e| e.to_string())?;
     let gb = packed.len() as f64 / 1e9;
-    let probe_buf: Vec<u32> = (0..128u32 << 20).collect();
+    // On huge pages, as the weights are: the probe is what memory gives without page walks.
+    let probe_buf = rlx_driver::huge_pages::vec(128usize << 20, 1u32);
     println!("\n## Q4_K matmul x [m, {K}] . w [{N}, {K}]^T through Session (median of {rounds} rounds)");
     println!("| m | ms | weights GB/s | GMAC/s | read probe GB/s | weights / probe |");
     println!("|---|---|---|---|---|---|");
