@@ -71,7 +71,7 @@ impl Lu {
 
     /// `(sign, log|det A|)` as numpy's slogdet: `(0, -inf)` for a singular matrix.
     pub(crate) fn slogdet(&self) -> (f64, f64) {
-        let mut sign = if self.transpositions % 2 == 0 { 1.0 } else { -1.0 };
+        let mut sign = if self.transpositions.is_multiple_of(2) { 1.0 } else { -1.0 };
         let mut log = 0.0;
         for i in 0..self.lu.nrows() {
             let d = self.lu[(i, i)];
@@ -86,7 +86,7 @@ impl Lu {
 
     /// `det A`: the product of the pivots (not `exp(logabsdet)`, which loses digits).
     pub(crate) fn det(&self) -> f64 {
-        let sign = if self.transpositions % 2 == 0 { 1.0 } else { -1.0 };
+        let sign = if self.transpositions.is_multiple_of(2) { 1.0 } else { -1.0 };
         (0..self.lu.nrows()).fold(sign, |p, i| p * self.lu[(i, i)])
     }
 }
