@@ -12,6 +12,8 @@
 #                                 + embeddings
 #   ort_minilm ONNX B S REPS   -> ONNX Runtime (ORT_ENABLE_ALL) on a graph from build_onnx.py
 #   rfft N REPS                -> numpy.fft.rfft of N float32 points (complex64 out), each rep's seconds
+#   solve N B REPS             -> numpy.linalg.solve (LAPACK gesv) of B float64 n x n systems, one
+#                                 right-hand side each ([B, n, n] and [B, n, 1]), each rep's seconds
 #   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
 #                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
 #                                 seconds + the last token's normalized hidden state
@@ -273,6 +275,12 @@ def main():
                 if np.fft.rfft(x).dtype != np.complex64:
                     raise RuntimeError('numpy.fft.rfft computes float32 in double (numpy < 2)')
                 out = {'seconds': timed(lambda: np.fft.rfft(x), reps)}
+            elif cmd[0] == 'solve':
+                n, bs, reps = int(cmd[1]), int(cmd[2]), int(cmd[3])
+                rng = np.random.default_rng(0)
+                a = rng.random((bs, n, n)) + n * np.eye(n)
+                b = rng.random((bs, n, 1))
+                out = {'seconds': timed(lambda: np.linalg.solve(a, b), reps)}
             elif cmd[0] == 'mkl_matmul':
                 n, reps, threads = int(cmd[1]), int(cmd[2]), int(cmd[3])
                 lib = mkl()

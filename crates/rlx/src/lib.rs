@@ -43,6 +43,10 @@ pub use rlx_models as models;
 #[cfg(feature = "gguf")]
 pub use rlx_gguf as gguf;
 
+/// Dense linear algebra as registered custom ops (`linalg` feature).
+#[cfg(feature = "linalg")]
+pub use rlx_linalg as linalg;
+
 pub use rlx_ir::{Error, Result};
 
 /// Everything a typical program needs: `use rlx::prelude::*`.

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Fixtures for crates/rlx-linalg: values from numpy (LAPACK, f64) and gradients from JAX (CPU,
+x64) of `sum(op(inputs) * w)` for a fixed weight w.
+
+Writes crates/rlx-linalg/tests/fixtures/linalg.json. Run from the repo root:
+    python3 tools/linalg_fixtures.py
+"""
+import json
+import os
+
+import numpy as np
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+
+rng = np.random.default_rng(40)
+
+
+def general(*dims):
+    """Well-conditioned square matrices: normal plus 3 I (signs of det vary)."""
+    a = rng.standard_normal(dims)
+    return a + 3.0 * np.eye(dims[-1]) * rng.choice([-1.0, 1.0], size=dims[:-2] + (1, 1))
+
+
+def spd(*dims):
+    m = rng.standard_normal(dims)
+    return m @ np.swapaxes(m, -1, -2) / dims[-1] + np.eye(dims[-1])
+
+
+def t(x):
+    x = np.asarray(x, dtype=np.float64)
+    return {"dims": list(x.shape), "data": [float(v) for v in x.reshape(-1)]}
+
+
+OPS = {
+    # name: (numpy value, jax function)
+    "solve": (np.linalg.solve, jnp.linalg.solve),
+    "cholesky": (np.linalg.cholesky, jnp.linalg.cholesky),
+    "inv": (np.linalg.inv, jnp.linalg.inv),
+    "det": (np.linalg.det, jnp.linalg.det),
+    "slogdet_sign": (lambda a: np.linalg.slogdet(a)[0], lambda a: jnp.linalg.slogdet(a)[0]),
+    "slogdet_logabsdet": (lambda a: np.linalg.slogdet(a)[1], lambda a: jnp.linalg.slogdet(a)[1]),
+}
+
+CASES = [
+    ("solve", [general(3, 3), rng.standard_normal(3)]),
+    ("solve", [general(2, 4, 4), rng.standard_normal((2, 4, 3))]),
+    ("solve", [general(2, 3, 3), rng.standard_normal((3, 2))]),
+    ("solve", [general(3, 3), rng.standard_normal((2, 3, 1))]),
+    ("solve", [general(2, 3, 3), rng.standard_normal(3)]),
+    ("cholesky", [spd(4, 4)]),
+    ("cholesky", [spd(2, 3, 3)]),
+    ("inv", [general(4, 4)]),
+    ("inv", [general(2, 3, 3)]),
+    ("det", [general(3, 3)]),
+    ("det", [general(3, 4, 4)]),
+    ("slogdet_sign", [general(3, 4, 4)]),
+    ("slogdet_logabsdet", [general(3, 4, 4)]),
+]
+
+
+def main():
+    out = []
+    for name, ins in CASES:
+        np_f, jax_f = OPS[name]
+        y = np.asarray(np_f(*ins))
+        w = rng.standard_normal(y.shape)
+        loss = lambda *xs: jnp.sum(jax_f(*xs) * w)  # noqa: E731
+        grads = jax.grad(loss, argnums=tuple(range(len(ins))))(*[jnp.asarray(x) for x in ins])
+        out.append({
+            "op": name,
+            "inputs": [t(x) for x in ins],
+            "output": t(y),
+            "weight": t(w),
+            "grads": [t(g) for g in grads],
+        })
+    path = os.path.join(os.path.dirname(__file__), "..", "crates", "rlx-linalg", "tests", "fixtures", "linalg.json")
+    with open(path, "w") as f:
+        json.dump({"source": "tools/linalg_fixtures.py (numpy %s, jax %s)" % (np.__version__, jax.__version__),
+                   "cases": out}, f)
+        f.write("\n")
+    print("wrote", os.path.normpath(path), len(out), "cases")
+
+
+if __name__ == "__main__":
+    main()
