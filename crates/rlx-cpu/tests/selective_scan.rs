@@ -5,8 +5,8 @@
 
 use rlx_cpu::CpuBackend;
 use rlx_driver::{Backend, CompileRequest, Executable};
-use rlx_ir::ops::{SelectiveScan, SelectiveScanGrad};
 use rlx_ir::ops::selective_scan::{ScanDims, sample_inputs};
+use rlx_ir::ops::{SelectiveScan, SelectiveScanGrad};
 use rlx_ir::{DType, Graph, HostTensor, Node, Op, Result, Shape, interp};
 use serde_json::Value;
 

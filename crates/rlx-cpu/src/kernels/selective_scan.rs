@@ -365,11 +365,7 @@ fn grad_row<T: Real>(
     }
     let mut bsum = T::ZERO;
     for t in 0..nl {
-        let g = if op.delta_softplus {
-            r.ddt[t] / (T::ONE + (T::ZERO - r.raw[t]).exp())
-        } else {
-            r.ddt[t]
-        };
+        let g = if op.delta_softplus { r.ddt[t] / (T::ONE + (T::ZERO - r.raw[t]).exp()) } else { r.ddt[t] };
         ddelta[t] = g;
         bsum = bsum + g;
     }

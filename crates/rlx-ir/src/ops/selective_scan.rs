@@ -83,7 +83,11 @@ impl SelectiveScan {
         let [d2, n] = *ins[2] else { return Err(format!("A must be [D, N], got {:?}", ins[2])) };
         let s = ScanDims { b, d, n, l };
         let want = |name: &str, got: &[usize], want: &[usize]| {
-            if got == want { Ok(()) } else { Err(format!("{name} must be {want:?} (u {:?}, A {:?}), got {got:?}", ins[0], ins[2])) }
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{name} must be {want:?} (u {:?}, A {:?}), got {got:?}", ins[0], ins[2]))
+            }
         };
         want("delta", ins[1], &[b, d, l])?;
         want("A", &[d2], &[d])?;
@@ -254,7 +258,12 @@ impl OpDef for SelectiveScan {
             ("full", full, DType::F32, [2, 3, 4, 5]),
             ("plain", SelectiveScan::default(), DType::F64, [1, 2, 3, 4]),
             ("z_only", SelectiveScan { has_z: true, ..Default::default() }, DType::F32, [2, 2, 2, 3]),
-            ("softplus_d", SelectiveScan { delta_softplus: true, has_d: true, ..Default::default() }, DType::F64, [1, 3, 2, 6]),
+            (
+                "softplus_d",
+                SelectiveScan { delta_softplus: true, has_d: true, ..Default::default() },
+                DType::F64,
+                [1, 3, 2, 6],
+            ),
         ];
         for (k, (name, op, dt, [b, d, n, l])) in cases.into_iter().enumerate() {
             let ins = sample_inputs(&op, dt, ScanDims { b, d, n, l }, 300 + 10 * k as u64);

@@ -170,10 +170,8 @@ impl OpDef for SelectiveScanGrad {
     }
     fn samples() -> Vec<Sample> {
         let full = SelectiveScan { delta_softplus: true, has_d: true, has_z: true, has_bias: true };
-        let cases = [
-            ("full", full, DType::F64, [2, 3, 2, 4]),
-            ("plain", SelectiveScan::default(), DType::F32, [1, 2, 3, 5]),
-        ];
+        let cases =
+            [("full", full, DType::F64, [2, 3, 2, 4]), ("plain", SelectiveScan::default(), DType::F32, [1, 2, 3, 5])];
         let mut out = vec![];
         for (k, (name, op, dt, [b, d, n, l])) in cases.into_iter().enumerate() {
             let mut ins = sample_inputs(&op, dt, ScanDims { b, d, n, l }, 400 + 10 * k as u64);
