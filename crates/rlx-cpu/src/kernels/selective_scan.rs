@@ -289,8 +289,8 @@ fn grad_row<T: Real>(
         r.dt[t] = T::from_f64(if op.delta_softplus { softplus(v) } else { v });
     }
     let u = &x.u[row * nl..(row + 1) * nl];
-    for t in 0..nl {
-        r.dtu[t] = r.dt[t] * u[t];
+    for ((o, &dt), &ut) in r.dtu.iter_mut().zip(&r.dt).zip(u) {
+        *o = dt * ut;
     }
     // Forward again: every chain's states, and the scan's output for the gate's derivative.
     r.gp.iter_mut().for_each(|v| *v = T::ZERO);
@@ -304,9 +304,9 @@ fn grad_row<T: Real>(
             hk[t] = r.dtu[t] * bk[t];
         }
         let mut st = T::ZERO;
-        for t in 0..nl {
-            st = r.da[t] * st + hk[t];
-            hk[t] = st;
+        for (h, &da) in hk.iter_mut().zip(&r.da) {
+            st = da * st + *h;
+            *h = st;
         }
         for t in 0..nl {
             r.gp[t] = r.gp[t] + hk[t] * ck[t];
@@ -364,9 +364,9 @@ fn grad_row<T: Real>(
         sh.a[d * nn + k] = sh.a[d * nn + k] + da_acc;
     }
     let mut bsum = T::ZERO;
-    for t in 0..nl {
-        let g = if op.delta_softplus { r.ddt[t] / (T::ONE + (T::ZERO - r.raw[t]).exp()) } else { r.ddt[t] };
-        ddelta[t] = g;
+    for ((o, &ddt), &raw) in ddelta.iter_mut().zip(&r.ddt).zip(&r.raw) {
+        let g = if op.delta_softplus { ddt / (T::ONE + (T::ZERO - raw).exp()) } else { ddt };
+        *o = g;
         bsum = bsum + g;
     }
     sh.bias[d] = sh.bias[d] + bsum;
