@@ -20,6 +20,7 @@ mod quant;
 mod reduce;
 mod rows;
 mod scratch;
+mod selective_scan;
 mod stacked_matmul;
 mod vec32;
 
@@ -80,6 +81,7 @@ pub fn table() -> KernelTable<KernelBuilder> {
     fused_norm::register(&mut t);
     indexing::register(&mut t);
     fft::register(&mut t);
+    selective_scan::register(&mut t);
     t.register(rlx_ir::OpKind::Custom, ALL, crate::custom::build);
     reduce::register(&mut t);
     matmul::register(&mut t);

@@ -29,6 +29,8 @@ pub mod quant;
 pub mod reduce;
 pub mod rope;
 pub mod rules;
+pub mod selective_scan;
+pub mod selective_scan_grad;
 pub mod slice;
 pub mod softmax;
 pub mod stacked_matmul;
@@ -61,6 +63,8 @@ pub use pool::{AvgPool2d, MaxPool2d};
 pub use quant::{Dequantize, QMatMul};
 pub use reduce::{ArgMax, Reduce, ReduceKind};
 pub use rope::Rope;
+pub use selective_scan::SelectiveScan;
+pub use selective_scan_grad::SelectiveScanGrad;
 pub use slice::{Concat, Slice};
 pub use softmax::{LogSoftmax, Softmax};
 pub use stacked_matmul::StackedMatMul;
@@ -142,6 +146,8 @@ define_ops! {
     ScatterAdd(ScatterAdd),
     Cumsum(Cumsum),
     Fft(Fft),
+    SelectiveScan(SelectiveScan),
+    SelectiveScanGrad(SelectiveScanGrad),
     Custom(crate::custom::Custom),
     TopK(TopK),
     LayerNorm(LayerNorm),
