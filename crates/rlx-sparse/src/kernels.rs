@@ -125,8 +125,9 @@ pub(crate) fn lu_solve(
     let op = LuSolve::NAME;
     let mut trip = Vec::with_capacity(values.len());
     for i in 0..n {
-        for q in p.indptr[i]..p.indptr[i + 1] {
-            trip.push(Triplet::new(i, p.indices[q], values[q]));
+        let r = p.indptr[i]..p.indptr[i + 1];
+        for (&c, &v) in p.indices[r.clone()].iter().zip(&values[r]) {
+            trip.push(Triplet::new(i, c, v));
         }
     }
     let faer_err = |what: &str, e: &dyn std::fmt::Debug| SparseError::Backend {

@@ -65,9 +65,9 @@ fn infer_solve(ins: &[&Shape], n: usize) -> std::result::Result<Shape, String> {
 fn dense(p: &Pattern, v: &[f64], n: usize, transpose: bool) -> Vec<f64> {
     let mut d = vec![0.0; n * n];
     for i in 0..n {
-        for k in p.indptr[i]..p.indptr[i + 1] {
-            let c = p.indices[k];
-            d[if transpose { c * n + i } else { i * n + c }] += v[k];
+        let r = p.indptr[i]..p.indptr[i + 1];
+        for (&c, &x) in p.indices[r.clone()].iter().zip(&v[r]) {
+            d[if transpose { c * n + i } else { i * n + c }] += x;
         }
     }
     d
