@@ -186,6 +186,13 @@ impl CpuExecutable {
         Self::new_stateful(g, &[], &plan, build)
     }
 
+    /// Like `new` for a loop body (`rlx_driver::memory::plan_body`): its inputs keep their
+    /// bytes, so every trip reads the loop's buffers in place (`direct_io`).
+    pub fn new_body(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
+        let plan = rlx_driver::memory::plan_body(g)?;
+        Self::new_stateful(g, &[], &plan, build)
+    }
+
     /// Like `new`, with the compile's memory plan (`plan_updates` of `g` and `updates`), for a
     /// graph whose outputs include state updates: values the plan puts on their param cost
     /// nothing; the others are copied into the param after each run.

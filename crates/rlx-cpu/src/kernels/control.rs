@@ -105,7 +105,7 @@ fn compile_body(body: &Graph) -> Result<CpuExecutable> {
     let pruned = prune(body);
     let (legal, _) = rlx_driver::legalize(&pruned, &crate::CpuBackend::default())?;
     let table = super::table();
-    CpuExecutable::new(&legal, |ctx| crate::build_kernel(&table, ctx))
+    CpuExecutable::new_body(&legal, |ctx| crate::build_kernel(&table, ctx))
 }
 
 fn bytes_of(s: &Shape, op: &str) -> Result<usize> {

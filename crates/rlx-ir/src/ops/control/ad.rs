@@ -279,6 +279,10 @@ impl Scan {
         routs.extend_from_slice(&grads[cf.len()..cf.len() + xf.len()]);
         r.set_outputs(routs);
         r.check()?;
+        // What the reverse body computes from the consts alone (the transposed weights of its
+        // products) is computed once, before the loop, and enters as more consts.
+        let first_const = cf.len() + kf.len() + nc + nx + yf.len() + res.len();
+        let (r, hoisted) = hoist_invariants(&r, first_const, g, &ins[nc + nx..])?;
         let rev = Scan {
             body: Box::new(r),
             output: ScanOutput::Carry,
@@ -317,6 +321,7 @@ impl Scan {
         }
         rins.extend_from_slice(&stacked);
         rins.extend_from_slice(&ins[nc + nx..]);
+        rins.extend_from_slice(&hoisted);
         for (p, &i) in cf.iter().enumerate() {
             result[i] = Some(add(g, &rev, ScanOutput::Carry, p, &rins)?);
         }
@@ -399,6 +404,89 @@ fn residuals(body: &Graph, v: &Graph, varying: usize) -> Vec<usize> {
         }
     }
     (0..n).filter(|&i| read[i] && varies[i] && !matches!(body.nodes()[i].op, Op::Input(_))).collect()
+}
+
+/// Loop-invariant code motion: the nodes of `body` that depend on its consts alone (inputs from
+/// `first_const` on, the loop's operands `consts` in `g`) and that a varying node or an output
+/// reads are computed in `g` instead, and enter the new body as consts after the old ones.
+/// Returns the new body and those values in `g`. Constants without operands stay inside (the
+/// backend computes them once at compile time).
+fn hoist_invariants(
+    body: &Graph,
+    first_const: usize,
+    g: &mut Graph,
+    consts: &[NodeId],
+) -> Result<(Graph, Vec<NodeId>)> {
+    let n = body.len();
+    let nodes = body.nodes();
+    let is_input = |i: usize| matches!(nodes[i].op, Op::Input(_));
+    let mut inv = vec![false; n];
+    let mut input_no = vec![usize::MAX; n];
+    let mut k = 0;
+    for (i, node) in nodes.iter().enumerate() {
+        inv[i] = match node.op {
+            Op::Input(_) => {
+                input_no[i] = k;
+                k += 1;
+                k > first_const
+            }
+            Op::Param(_) => false,
+            _ => node.inputs.iter().all(|x| inv[x.index()]),
+        };
+    }
+    let mut hoist = vec![false; n];
+    let worth = |i: usize| inv[i] && !is_input(i) && !nodes[i].inputs.is_empty();
+    for node in nodes.iter().enumerate().filter(|&(i, _)| !inv[i]).map(|(_, node)| node) {
+        for x in &node.inputs {
+            hoist[x.index()] |= worth(x.index());
+        }
+    }
+    for o in body.outputs() {
+        hoist[o.index()] |= worth(o.index());
+    }
+    if !hoist.contains(&true) {
+        return Ok((body.clone(), vec![]));
+    }
+    // The hoisted nodes and what they read, computed in `g`.
+    let mut need = hoist.clone();
+    for i in (0..n).rev() {
+        if need[i] {
+            for x in &nodes[i].inputs {
+                need[x.index()] = true;
+            }
+        }
+    }
+    let mut outer: Vec<Option<NodeId>> = vec![None; n];
+    for i in (0..n).filter(|&i| need[i]) {
+        outer[i] = Some(if is_input(i) {
+            *consts
+                .get(input_no[i] - first_const)
+                .ok_or_else(|| transform_err("vjp", NodeId(i as u32), "a const without an operand".into()))?
+        } else {
+            let ins: Vec<NodeId> = nodes[i].inputs.iter().filter_map(|x| outer[x.index()]).collect();
+            g.try_add(nodes[i].op.clone(), &ins)?
+        });
+    }
+    // The new body: the old inputs, then one per hoisted node, then the rest.
+    let mut out = Graph::new(body.name());
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    for (id, name) in body.inputs() {
+        map[id.index()] = Some(out.input(name, nodes[id.index()].ty.clone()));
+    }
+    let mut hoisted = vec![];
+    for i in (0..n).filter(|&i| hoist[i]) {
+        map[i] = Some(out.input(&format!("hoisted{i}"), nodes[i].ty.clone()));
+        hoisted.push(outer[i].unwrap_or(NodeId(0)));
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        if map[i].is_none() {
+            let ins: Vec<NodeId> = node.inputs.iter().map(|x| map[x.index()].unwrap_or(*x)).collect();
+            map[i] = Some(out.add_node(node.op.clone(), &ins));
+        }
+    }
+    out.set_outputs(body.outputs().iter().map(|o| map[o.index()].unwrap_or(*o)).collect());
+    out.check()?;
+    Ok((out, hoisted))
 }
 
 /// `inline` of `body` into `g` where node `i` of `body` becomes `given[i]` when that is set
