@@ -192,6 +192,31 @@ fn node_count_does_not_depend_on_the_trip_count() {
     }
 }
 
+#[test]
+fn reverse_loop_reads_saved_residuals_instead_of_recomputing() {
+    let g = rnn(50);
+    let wrt: Vec<NodeId> = RNN_PARAMS.iter().map(|p| leaf(&g, p).unwrap()).collect();
+    let gr = grad(&g, &wrt).unwrap();
+    let rev: Vec<&rlx_ir::ops::control::Scan> = gr
+        .nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Scan(s) if s.reverse => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert!(!rev.is_empty(), "no reverse loop");
+    for s in rev {
+        let body = rlx_ir::ops::control::prune(&s.body);
+        let count = |name: &str| body.nodes().iter().filter(|n| n.op.def().name() == name).count();
+        // The step's tanh comes saved from the forward loop: no tanh, and only the backward's
+        // four products (dz wh^T, dz wx^T, x^T dz, h^T dz), not the forward's two on top.
+        assert_eq!(count("tanh"), 0, "the reverse body recomputes tanh");
+        assert_eq!(count("matmul"), 4, "the reverse body's products");
+    }
+    // Values are unchanged: the 1000-step gradient test checks them against JAX.
+}
+
 /// Replaces every loop by its decomposition (the unrolled loop the transforms used to see).
 fn unrolled(g: &Graph) -> Graph {
     let mut out = Graph::new(g.name());

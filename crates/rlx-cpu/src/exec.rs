@@ -166,6 +166,8 @@ pub struct CpuExecutable {
     group: RunGroup,
     /// The compile's cap on the threads of each run (`CompileOptions::threads`).
     threads: Option<usize>,
+    /// The version the inputs marked loop-invariant report (`mark_invariant`), kept alive here.
+    invariant: Option<Arc<AtomicU64>>,
 }
 
 // SAFETY: the raw pointers target the arena and the param buffers the executable owns; they are
@@ -181,6 +183,13 @@ impl CpuExecutable {
     /// `fused`, views share their parent) and builds a kernel per node. `build` picks the kernel.
     pub fn new(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
         let plan = rlx_driver::memory::plan_updates(g, &[])?;
+        Self::new_stateful(g, &[], &plan, build)
+    }
+
+    /// Like `new` for a loop body (`rlx_driver::memory::plan_body`): its inputs keep their
+    /// bytes, so every trip reads the loop's buffers in place (`direct_io`).
+    pub fn new_body(g: &Graph, build: impl Fn(&KernelCtx) -> Result<Kernel>) -> Result<Self> {
+        let plan = rlx_driver::memory::plan_body(g)?;
         Self::new_stateful(g, &[], &plan, build)
     }
 
@@ -267,6 +276,7 @@ impl CpuExecutable {
             holes: holes.clone(),
             below,
             group: RunGroup::new(),
+            invariant: None,
         };
         let top = slots.iter().filter(|s| !in_hole(s.0)).map(|&(o, b)| exe.compact(o) + align64(b)).max().unwrap_or(0);
         exe.arena = rlx_driver::huge_pages::vec(top.div_ceil(64), Line([0; 64]));
@@ -482,6 +492,23 @@ impl CpuExecutable {
         // nothing whichever thread takes which task.
         crate::kernels::spread_thread_buffers();
         Ok(())
+    }
+
+    /// Marks `inputs` (a loop body's consts) as loop-invariant: the steps that read them see
+    /// `cell`'s value as their version, as if they were params, so kernels that cache what they
+    /// derive from a param (a matmul's packed B) do so across trips; the loop bumps `cell`
+    /// whenever the bytes may have changed (every run of the loop). Inputs a step writes over
+    /// (`direct_io` found no plain reads) stay unmarked.
+    pub(crate) fn mark_invariant(&mut self, inputs: &[usize], cell: Arc<AtomicU64>) {
+        let v = Arc::as_ptr(&cell);
+        for &i in inputs {
+            for r in self.direct_in.get(i).into_iter().flatten().flatten() {
+                if r.arg != Ref::OUT {
+                    self.steps[r.step].rins[r.arg].version = v;
+                }
+            }
+        }
+        self.invariant = Some(cell);
     }
 
     /// Runs a graph without params or updates (a loop body) once per trip, reading input `i`

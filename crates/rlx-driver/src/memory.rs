@@ -190,6 +190,23 @@ pub fn plan_with_updates(
     in_place: &dyn Fn(&Node) -> bool,
     updates: &[(NodeId, NodeId)],
 ) -> Result<MemoryPlan> {
+    plan_inner(g, in_place, updates, false)
+}
+
+/// The plan of a loop body, run once per trip on the loop's own buffers: like `plan_updates`
+/// without updates, except that the inputs live to the end (no step writes over them, nor
+/// reuses their bytes), so the backend can point them at the loop's carries and sequences in
+/// place every trip instead of copying each into the arena first.
+pub fn plan_body(g: &Graph) -> Result<MemoryPlan> {
+    plan_inner(g, &fused_in_place, &[], true)
+}
+
+fn plan_inner(
+    g: &Graph,
+    in_place: &dyn Fn(&Node) -> bool,
+    updates: &[(NodeId, NodeId)],
+    keep_inputs: bool,
+) -> Result<MemoryPlan> {
     let nodes = g.nodes();
     let n = nodes.len();
     let mut bytes = Vec::with_capacity(n);
@@ -222,6 +239,11 @@ pub fn plan_with_updates(
     }
     for o in g.outputs() {
         end[root[o.index()]] = usize::MAX;
+    }
+    if keep_inputs {
+        for (id, _) in g.inputs() {
+            end[root[id.index()]] = usize::MAX;
+        }
     }
     let permanent = |nd: &Node| nd.inputs.is_empty() && !matches!(nd.op, Op::Input(_));
     let mut free = FreeList::default();

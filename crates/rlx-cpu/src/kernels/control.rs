@@ -14,6 +14,7 @@ use rlx_driver::KernelTable;
 use rlx_ir::ops::control::{Scan, ScanOutput, prune};
 use rlx_ir::{Error, Graph, Op, OpDef, OpKind, Result, Shape};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub(super) fn register(t: &mut KernelTable<KernelBuilder>) {
@@ -104,7 +105,7 @@ fn compile_body(body: &Graph) -> Result<CpuExecutable> {
     let pruned = prune(body);
     let (legal, _) = rlx_driver::legalize(&pruned, &crate::CpuBackend::default())?;
     let table = super::table();
-    CpuExecutable::new(&legal, |ctx| crate::build_kernel(&table, ctx))
+    CpuExecutable::new_body(&legal, |ctx| crate::build_kernel(&table, ctx))
 }
 
 fn bytes_of(s: &Shape, op: &str) -> Result<usize> {
@@ -127,6 +128,8 @@ struct ScanRun {
     len: usize,
     reverse: bool,
     group: Option<Arc<Mutex<Vec<Buf>>>>,
+    /// The version of the body's consts (`CpuExecutable::mark_invariant`): new every run.
+    consts: Arc<AtomicU64>,
 }
 
 // SAFETY: the pointers target buffers the run (or its group, through the Arc) owns; a kernel
@@ -135,7 +138,9 @@ unsafe impl Send for ScanRun {}
 
 impl ScanRun {
     fn run(&mut self, b: &Bufs<'_>) -> Result<()> {
-        let ScanRun { body, carry_ptr, carry_bytes, carry_dest, x_step, ys, len, reverse, group, .. } = self;
+        let ScanRun { body, carry_ptr, carry_bytes, carry_dest, x_step, ys, len, reverse, group, consts, .. } = self;
+        // The consts may have changed since the last run; they stay put over its trips.
+        consts.fetch_add(1, Ordering::Relaxed);
         let (nc, nx, len) = (carry_ptr.len(), x_step.len(), *len);
         let _members = group.as_ref().map(|v| v.lock().unwrap_or_else(|e| e.into_inner()));
         let own = b.output_bytes().as_mut_ptr();
@@ -227,7 +232,10 @@ fn build_scan(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let mut keep: Vec<_> = outs[..nc].to_vec();
     keep.extend(ys_dest.iter().map(|&(j, _)| outs[nc + j]));
     body.set_outputs(keep);
-    let exe = compile_body(&body)?;
+    let mut exe = compile_body(&body)?;
+    let consts = Arc::new(AtomicU64::new(0));
+    let invariant: Vec<usize> = (nc + nx..body.inputs().len()).collect();
+    exe.mark_invariant(&invariant, consts.clone());
     let carry_bytes: Vec<usize> = ctx.ins[..nc].iter().map(|s| bytes_of(s, "scan")).collect::<Result<_>>()?;
     let x_step: Vec<usize> =
         ctx.ins[nc..nc + nx].iter().map(|s| Ok(bytes_of(s, "scan")? / len.max(1))).collect::<Result<_>>()?;
@@ -250,6 +258,7 @@ fn build_scan(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         len,
         reverse: me.reverse,
         group,
+        consts,
     };
     Ok(Box::new(move |b: &Bufs<'_>| run.run(b)))
 }
@@ -263,6 +272,8 @@ struct WhileRun {
     pred: *mut u8,
     bytes: usize,
     max_trips: usize,
+    /// The version of the bodies' consts, new every run (as for `ScanRun`).
+    consts: Arc<AtomicU64>,
 }
 
 // SAFETY: as for `ScanRun`.
@@ -271,6 +282,7 @@ unsafe impl Send for WhileRun {}
 impl WhileRun {
     fn run(&mut self, b: &Bufs<'_>) -> Result<()> {
         let (carry, pred) = (self.carry, self.pred);
+        self.consts.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the buffer holds the carry's bytes.
         unsafe { std::ptr::copy_nonoverlapping(b.input_bytes(0).as_ptr(), carry[0], self.bytes) };
         let mut cur = 0;
@@ -299,15 +311,11 @@ fn build_while(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let mut bufs = [Buf::new(bytes), Buf::new(bytes), Buf::new(1)];
     let carry = [bufs[0].ptr(), bufs[1].ptr()];
     let pred = bufs[2].ptr();
-    let mut run = WhileRun {
-        cond: compile_body(&w.cond)?,
-        body: compile_body(&w.body)?,
-        _bufs: bufs,
-        carry,
-        pred,
-        bytes,
-        max_trips: w.max_trips,
-    };
+    let consts = Arc::new(AtomicU64::new(0));
+    let (mut cond, mut body) = (compile_body(&w.cond)?, compile_body(&w.body)?);
+    cond.mark_invariant(&(1..w.cond.inputs().len()).collect::<Vec<_>>(), consts.clone());
+    body.mark_invariant(&(1..w.body.inputs().len()).collect::<Vec<_>>(), consts.clone());
+    let mut run = WhileRun { cond, body, _bufs: bufs, carry, pred, bytes, max_trips: w.max_trips, consts };
     Ok(Box::new(move |b: &Bufs<'_>| run.run(b)))
 }
 
@@ -323,4 +331,54 @@ fn build_cond(ctx: &KernelCtx<'_>) -> Result<Kernel> {
         // SAFETY: the output is this node's own buffer, apart from its inputs.
         unsafe { exe.run_body(&ins, &|_| own) }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Bufs;
+    use rlx_ir::{DType, Node};
+
+    /// The input versions each kernel call saw.
+    type Seen = Arc<Mutex<Vec<Vec<Option<u64>>>>>;
+
+    #[test]
+    fn loop_invariant_inputs_keep_a_version_across_trips() {
+        // A body `y = x + w`: x per trip, w a const of the loop.
+        let f = |d: &[usize]| Shape::new(d, DType::F32);
+        let mut body = Graph::new("body");
+        let (x, w) = (body.input("x", f(&[4])), body.input("w", f(&[4])));
+        let y = body.add(x, w);
+        body.set_outputs(vec![y]);
+        let seen: Seen = Arc::default();
+        let table = crate::kernels::table();
+        let mut exe = CpuExecutable::new(&body, |ctx| {
+            let node = Node { op: ctx.op.clone(), inputs: vec![], ty: ctx.out.clone() };
+            let ins: Vec<&Shape> = ctx.ins.iter().collect();
+            let mut k = (table.lookup(&node, &ins).expect("kernel").build)(ctx)?;
+            let seen = seen.clone();
+            Ok(Box::new(move |b: &Bufs<'_>| {
+                seen.lock().unwrap().push((0..b.num_inputs()).map(|i| b.input_version(i)).collect());
+                k(b)
+            }))
+        })
+        .unwrap();
+        let cell = Arc::new(AtomicU64::new(7));
+        exe.mark_invariant(&[1], cell.clone());
+        let (xs, ws) = (Buf::new(16), Buf::new(16));
+        let mut out = Buf::new(16);
+        let o = out.ptr();
+        let ins = |k: usize| if k == 0 { xs.lines.as_ptr() as *const u8 } else { ws.lines.as_ptr() as *const u8 };
+        for _ in 0..2 {
+            // SAFETY: every buffer holds the body's 16 bytes; the output is apart from the inputs.
+            unsafe { exe.run_body(&ins, &|_| o).unwrap() };
+        }
+        cell.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { exe.run_body(&ins, &|_| o).unwrap() };
+        let v = seen.lock().unwrap().clone();
+        // The per-trip input has no version; the const keeps one until the loop bumps it.
+        assert_eq!(v.iter().map(|c| c[0]).collect::<Vec<_>>(), vec![None; 3]);
+        assert_eq!(v.iter().map(|c| c[1]).collect::<Vec<_>>(), vec![Some(7), Some(7), Some(8)]);
+    }
 }

@@ -4,7 +4,7 @@
 //! every step (a forward scan stacking them) and runs the body's VJP in a reverse scan, so
 //! neither unrolls and the derivative's node count does not depend on the trip count.
 
-use super::{Scan, ScanOutput, WhileLoop, inline};
+use super::{Scan, ScanOutput, WhileLoop};
 use crate::ops::rules::zeros_like;
 use crate::{Error, Graph, NodeId, Op, Result, Shape};
 
@@ -227,26 +227,37 @@ impl Scan {
         if cf.is_empty() && xf.is_empty() && kf.is_empty() {
             return Ok(result);
         }
-        // 1. The carry entering every step, stacked: the same loop with the carries as extra ys.
+        // 1. The body's VJP, whose first nodes are the body's own (the forward it recomputes).
+        let wrt: Vec<usize> =
+            cf.iter().copied().chain(xf.iter().map(|j| nc + j)).chain(kf.iter().map(|k| nc + nx + k)).collect();
+        let v = tx.vjp(&self.body, &wrt)?;
+        let res = residuals(&self.body, &v, nc + nx);
+        // 2. The carry entering every step and the residuals, stacked: the same loop with them
+        //    as extra ys, so the reverse loop reads the forward's values instead of recomputing.
         let mut save = (*self.body).clone();
         let mut souts = save.outputs().to_vec();
         souts.extend(save.inputs().iter().take(nc).map(|(id, _)| *id));
+        souts.extend(res.iter().map(|&i| NodeId(i as u32)));
         save.set_outputs(souts);
         // (Same fields otherwise: backends that run loops see the loop being differentiated.)
         let saver = Scan { body: Box::new(save), ..self.clone() };
         let saved: Vec<NodeId> = (0..nc).map(|i| add(g, &saver, ScanOutput::Ys, ny + i, ins)).collect::<Result<_>>()?;
-        // 2. The reverse body: carries (ct of float carries, accumulated ct of float consts),
-        //    sequences (saved carries, xs, ct of float ys), consts; gives the carries' next
-        //    values and the cotangents of the float xs.
-        let wrt: Vec<usize> =
-            cf.iter().copied().chain(xf.iter().map(|j| nc + j)).chain(kf.iter().map(|k| nc + nx + k)).collect();
-        let v = tx.vjp(&self.body, &wrt)?;
+        let stacked: Vec<NodeId> =
+            (0..res.len()).map(|p| add(g, &saver, ScanOutput::Ys, ny + nc + p, ins)).collect::<Result<_>>()?;
+        // 3. The reverse body: carries (ct of float carries, accumulated ct of float consts),
+        //    sequences (saved carries, xs, ct of float ys, residuals), consts; gives the
+        //    carries' next values and the cotangents of the float xs.
         let mut r = Graph::new(format!("{}_vjp", self.body.name()));
         let ct_c: Vec<NodeId> = cf.iter().map(|&i| r.input(&format!("ct_c{i}"), bins[i].clone())).collect();
         let acc: Vec<NodeId> = kf.iter().map(|&k| r.input(&format!("acc_k{k}"), bins[nc + nx + k].clone())).collect();
         let c_t: Vec<NodeId> = (0..nc).map(|i| r.input(&format!("c{i}"), bins[i].clone())).collect();
         let x_t: Vec<NodeId> = (0..nx).map(|j| r.input(&format!("x{j}"), bins[nc + j].clone())).collect();
         let ct_y: Vec<NodeId> = yf.iter().map(|&j| r.input(&format!("ct_y{j}"), bouts[nc + j].clone())).collect();
+        let mut given_at: Vec<Option<NodeId>> = vec![None; v.len()];
+        for &i in &res {
+            let ty = v.nodes()[i].ty.clone();
+            given_at[i] = Some(r.input(&format!("res{i}"), ty));
+        }
         let k_r: Vec<NodeId> = (0..np).map(|k| r.input(&format!("k{k}"), bins[nc + nx + k].clone())).collect();
         let mut args: Vec<NodeId> = c_t.iter().chain(&x_t).chain(&k_r).copied().collect();
         // The body's output cotangents: the carries' and ys' where float, zeros elsewhere.
@@ -257,8 +268,9 @@ impl Scan {
                 None => r.full(ty.clone(), 0.0),
             });
         }
-        let res = inline(&mut r, &v, &args).ok_or_else(|| transform_err("vjp", out, "the body has params".into()))?;
-        let grads = &res[nc + ny..];
+        let outs = inline_given(&mut r, &v, &args, &given_at)
+            .ok_or_else(|| transform_err("vjp", out, "the body has params".into()))?;
+        let grads = &outs[nc + ny..];
         let mut routs: Vec<NodeId> = grads[..cf.len()].to_vec();
         for (p, &a) in acc.iter().enumerate() {
             let gk = grads[cf.len() + xf.len() + p];
@@ -267,16 +279,20 @@ impl Scan {
         routs.extend_from_slice(&grads[cf.len()..cf.len() + xf.len()]);
         r.set_outputs(routs);
         r.check()?;
+        // What the reverse body computes from the consts alone (the transposed weights of its
+        // products) is computed once, before the loop, and enters as more consts.
+        let first_const = cf.len() + kf.len() + nc + nx + yf.len() + res.len();
+        let (r, hoisted) = hoist_invariants(&r, first_const, g, &ins[nc + nx..])?;
         let rev = Scan {
             body: Box::new(r),
             output: ScanOutput::Carry,
             index: 0,
             num_carry: cf.len() + kf.len(),
-            num_xs: nc + nx + yf.len(),
+            num_xs: nc + nx + yf.len() + res.len(),
             reverse: !self.reverse,
             length: Some(len),
         };
-        // 3. Its operands: the given cotangents where they belong, zeros elsewhere.
+        // 4. Its operands: the given cotangents where they belong, zeros elsewhere.
         let given = |g: &mut Graph, o: ScanOutput, i: usize| {
             let mut sum: Option<NodeId> = None;
             for &(_, _, c) in cts.iter().filter(|(co, ci, _)| *co == o && *ci == i) {
@@ -303,7 +319,9 @@ impl Scan {
             let c = given(g, ScanOutput::Ys, j);
             rins.push(c.unwrap_or_else(|| g.full(Shape::new(&d, bouts[nc + j].dtype), 0.0)));
         }
+        rins.extend_from_slice(&stacked);
         rins.extend_from_slice(&ins[nc + nx..]);
+        rins.extend_from_slice(&hoisted);
         for (p, &i) in cf.iter().enumerate() {
             result[i] = Some(add(g, &rev, ScanOutput::Carry, p, &rins)?);
         }
@@ -357,6 +375,141 @@ impl Scan {
             ScanOutput::Ys => swap01(g, y),
         })
     }
+}
+
+/// The residuals of a loop body's VJP `v` (whose nodes start with the body's own): body nodes
+/// that vary per trip (they depend on one of the first `varying` inputs, the carries and
+/// sequences) and that the backward part of `v` reads. The reverse loop reads them stacked
+/// instead of recomputing the forward every trip; a body input is already at hand, and a
+/// node of the consts alone is the same every trip.
+fn residuals(body: &Graph, v: &Graph, varying: usize) -> Vec<usize> {
+    let n = body.len();
+    let mut varies = vec![false; n];
+    let mut seen_inputs = 0;
+    for (i, node) in body.nodes().iter().enumerate() {
+        varies[i] = match node.op {
+            Op::Input(_) => {
+                seen_inputs += 1;
+                seen_inputs <= varying
+            }
+            _ => node.inputs.iter().any(|x| varies[x.index()]),
+        };
+    }
+    let mut read = vec![false; n];
+    for node in &v.nodes()[n.min(v.len())..] {
+        for x in &node.inputs {
+            if x.index() < n {
+                read[x.index()] = true;
+            }
+        }
+    }
+    (0..n).filter(|&i| read[i] && varies[i] && !matches!(body.nodes()[i].op, Op::Input(_))).collect()
+}
+
+/// Loop-invariant code motion: the nodes of `body` that depend on its consts alone (inputs from
+/// `first_const` on, the loop's operands `consts` in `g`) and that a varying node or an output
+/// reads are computed in `g` instead, and enter the new body as consts after the old ones.
+/// Returns the new body and those values in `g`. Constants without operands stay inside (the
+/// backend computes them once at compile time).
+fn hoist_invariants(
+    body: &Graph,
+    first_const: usize,
+    g: &mut Graph,
+    consts: &[NodeId],
+) -> Result<(Graph, Vec<NodeId>)> {
+    let n = body.len();
+    let nodes = body.nodes();
+    let is_input = |i: usize| matches!(nodes[i].op, Op::Input(_));
+    let mut inv = vec![false; n];
+    let mut input_no = vec![usize::MAX; n];
+    let mut k = 0;
+    for (i, node) in nodes.iter().enumerate() {
+        inv[i] = match node.op {
+            Op::Input(_) => {
+                input_no[i] = k;
+                k += 1;
+                k > first_const
+            }
+            Op::Param(_) => false,
+            _ => node.inputs.iter().all(|x| inv[x.index()]),
+        };
+    }
+    let mut hoist = vec![false; n];
+    let worth = |i: usize| inv[i] && !is_input(i) && !nodes[i].inputs.is_empty();
+    for node in nodes.iter().enumerate().filter(|&(i, _)| !inv[i]).map(|(_, node)| node) {
+        for x in &node.inputs {
+            hoist[x.index()] |= worth(x.index());
+        }
+    }
+    for o in body.outputs() {
+        hoist[o.index()] |= worth(o.index());
+    }
+    if !hoist.contains(&true) {
+        return Ok((body.clone(), vec![]));
+    }
+    // The hoisted nodes and what they read, computed in `g`.
+    let mut need = hoist.clone();
+    for i in (0..n).rev() {
+        if need[i] {
+            for x in &nodes[i].inputs {
+                need[x.index()] = true;
+            }
+        }
+    }
+    let mut outer: Vec<Option<NodeId>> = vec![None; n];
+    for i in (0..n).filter(|&i| need[i]) {
+        outer[i] = Some(if is_input(i) {
+            *consts
+                .get(input_no[i] - first_const)
+                .ok_or_else(|| transform_err("vjp", NodeId(i as u32), "a const without an operand".into()))?
+        } else {
+            let ins: Vec<NodeId> = nodes[i].inputs.iter().filter_map(|x| outer[x.index()]).collect();
+            g.try_add(nodes[i].op.clone(), &ins)?
+        });
+    }
+    // The new body: the old inputs, then one per hoisted node, then the rest.
+    let mut out = Graph::new(body.name());
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    for (id, name) in body.inputs() {
+        map[id.index()] = Some(out.input(name, nodes[id.index()].ty.clone()));
+    }
+    let mut hoisted = vec![];
+    for i in (0..n).filter(|&i| hoist[i]) {
+        map[i] = Some(out.input(&format!("hoisted{i}"), nodes[i].ty.clone()));
+        hoisted.push(outer[i].unwrap_or(NodeId(0)));
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        if map[i].is_none() {
+            let ins: Vec<NodeId> = node.inputs.iter().map(|x| map[x.index()].unwrap_or(*x)).collect();
+            map[i] = Some(out.add_node(node.op.clone(), &ins));
+        }
+    }
+    out.set_outputs(body.outputs().iter().map(|o| map[o.index()].unwrap_or(*o)).collect());
+    out.check()?;
+    Ok((out, hoisted))
+}
+
+/// `inline` of `body` into `g` where node `i` of `body` becomes `given[i]` when that is set
+/// (its operands are then not needed for it). None when `body` has params.
+fn inline_given(g: &mut Graph, body: &Graph, args: &[NodeId], given: &[Option<NodeId>]) -> Option<Vec<NodeId>> {
+    let mut map = Vec::with_capacity(body.len());
+    let mut next_arg = 0;
+    for (i, n) in body.nodes().iter().enumerate() {
+        let id = match (&n.op, given.get(i).copied().flatten()) {
+            (Op::Input(_), _) => {
+                next_arg += 1;
+                *args.get(next_arg - 1)?
+            }
+            (Op::Param(_), _) => return None,
+            (_, Some(x)) => x,
+            (op, None) => {
+                let ins: Vec<NodeId> = n.inputs.iter().map(|x| map[x.index()]).collect();
+                g.add_node(op.clone(), &ins)
+            }
+        };
+        map.push(id);
+    }
+    Some(body.outputs().iter().map(|o| map[o.index()]).collect())
 }
 
 /// The trip count of `s` applied to `ins` in `g`.
