@@ -50,6 +50,10 @@ fn apply(g: &mut Graph, op: &str, xs: &[NodeId]) -> NodeId {
         "det" => rlx_linalg::det(g, xs[0]),
         "slogdet_sign" => rlx_linalg::slogdet(g, xs[0]).0,
         "slogdet_logabsdet" => rlx_linalg::slogdet(g, xs[0]).1,
+        "qr_q" => rlx_linalg::qr(g, xs[0]).0,
+        "qr_r" => rlx_linalg::qr(g, xs[0]).1,
+        "eigh_values" => rlx_linalg::eigh(g, xs[0]).0,
+        "eigh_vectors" => rlx_linalg::eigh(g, xs[0]).1,
         _ => panic!("unknown fixture op {op}"),
     }
 }
@@ -68,7 +72,7 @@ fn values_match_numpy_and_gradients_match_jax() {
     rlx_linalg::register().unwrap();
     let fx: Value = serde_json::from_str(include_str!("fixtures/linalg.json")).unwrap();
     let cases = fx["cases"].as_array().unwrap();
-    assert!(cases.len() >= 13);
+    assert!(cases.len() >= 23);
     for (i, c) in cases.iter().enumerate() {
         let op = c["op"].as_str().unwrap();
         let what = format!("case {i} ({op})");
