@@ -83,6 +83,7 @@ OPS = {
     "qr_r": (lambda a: np_qr(a)[1], lambda a: jax_qr(a)[1]),
     "eigh_values": (lambda a: np_eigh(a)[0], lambda a: jax_eigh(a)[0]),
     "eigh_vectors": (lambda a: np_eigh(a)[1], lambda a: jax_eigh(a)[1]),
+    "lstsq": (lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0], lambda a, b: jnp.linalg.lstsq(a, b)[0]),
 }
 
 CASES = [
@@ -122,6 +123,9 @@ CASES += [
     ("eigh_vectors", [symmetric(4, 4)]),
     ("eigh_values", [symmetric(2, 3, 3)]),
     ("eigh_vectors", [symmetric(2, 3, 3)]),
+    ("lstsq", [rng.standard_normal((5, 3)), rng.standard_normal(5)]),
+    ("lstsq", [rng.standard_normal((6, 4)), rng.standard_normal((6, 2))]),
+    ("lstsq", [rng.standard_normal((3, 3)), rng.standard_normal(3)]),
 ]
 
 

@@ -1,6 +1,6 @@
 //! Dense linear algebra as custom ops (`rlx_ir::custom`), computed with faer (pure Rust):
-//! `solve`, `cholesky`, `inv`, `det`, `slogdet`, `qr` (reduced), `eigh` (symmetric). Leading
-//! axes are batch dims, as numpy's; the derivatives are JAX's. `register()` registers the ops and their CPU kernels (f32 and f64; the
+//! `solve`, `cholesky`, `inv`, `det`, `slogdet`, `qr` (reduced), `eigh` (symmetric), and
+//! `lstsq` (composed from `qr` and `solve`). Leading axes are batch dims, as numpy's; the derivatives are JAX's. `register()` registers the ops and their CPU kernels (f32 and f64; the
 //! kernels work in f64 and spread batch items over rlx-cpu's pool).
 //!
 //! Values without an answer: `solve` and `inv` of an exactly singular matrix (a zero LU pivot)
@@ -48,12 +48,14 @@ mod decomp;
 mod dense;
 mod eigh;
 mod factor;
+mod lstsq;
 mod qr;
 mod solve;
 mod util;
 
 pub use eigh::{Eigh, EighPart, eigh};
 pub use factor::{Cholesky, Det, Inv, Slogdet, SlogdetPart, cholesky, det, inv, slogdet};
+pub use lstsq::{LstsqError, lstsq};
 pub use qr::{Qr, QrPart, qr};
 pub use solve::{Solve, solve};
 

@@ -54,6 +54,7 @@ fn apply(g: &mut Graph, op: &str, xs: &[NodeId]) -> NodeId {
         "qr_r" => rlx_linalg::qr(g, xs[0]).1,
         "eigh_values" => rlx_linalg::eigh(g, xs[0]).0,
         "eigh_vectors" => rlx_linalg::eigh(g, xs[0]).1,
+        "lstsq" => rlx_linalg::lstsq(g, xs[0], xs[1]).unwrap(),
         _ => panic!("unknown fixture op {op}"),
     }
 }
@@ -72,7 +73,7 @@ fn values_match_numpy_and_gradients_match_jax() {
     rlx_linalg::register().unwrap();
     let fx: Value = serde_json::from_str(include_str!("fixtures/linalg.json")).unwrap();
     let cases = fx["cases"].as_array().unwrap();
-    assert!(cases.len() >= 23);
+    assert!(cases.len() >= 26);
     for (i, c) in cases.iter().enumerate() {
         let op = c["op"].as_str().unwrap();
         let what = format!("case {i} ({op})");
@@ -182,4 +183,16 @@ fn numpy_2_vector_rule_and_text_round_trip() {
     assert!(text.contains("linalg_slogdet(%0) {\"part\":\"sign\"}"), "{text}");
     assert_eq!(Graph::from_text(&text).unwrap(), g);
     assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+}
+
+#[test]
+fn lstsq_rejects_wide_and_batched_inputs() {
+    let mut g = Graph::new("lstsq");
+    let a = g.input("a", Shape::new(&[3, 5], DType::F64));
+    let b = g.input("b", Shape::new(&[3], DType::F64));
+    let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err();
+    assert_eq!(e, rlx_linalg::LstsqError::Wide { m: 3, n: 5 });
+    let a = g.input("a2", Shape::new(&[2, 5, 3], DType::F64));
+    let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err().to_string();
+    assert!(e.contains("linalg_lstsq") && e.contains("[m, n]"), "{e}");
 }
