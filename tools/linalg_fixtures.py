@@ -4,7 +4,8 @@ x64) of `sum(op(inputs) * w)` for a fixed weight w.
 
 Decompositions have sign conventions fixed, on numpy's value and inside the JAX function alike
 (the signs are piecewise constant, so the gradient is that of the fixed-sign output):
-qr has diag(r) >= 0; each eigenvector of eigh has its entry of largest magnitude positive.
+qr has diag(r) >= 0; each eigenvector of eigh, and each column of svd's u, has its entry of
+largest magnitude positive (svd's vt rows follow u's columns).
 
 Writes crates/rlx-linalg/tests/fixtures/linalg.json. Run from the repo root:
     python3 tools/linalg_fixtures.py
@@ -61,6 +62,22 @@ def vec_signs(v, xp):
     return v * xp.where(big < 0, -1.0, 1.0)
 
 
+def svd_signs(u, s, vt, xp, stop=lambda x: x):
+    """Each column of u with its entry of largest magnitude positive, the rows of vt with it."""
+    idx = xp.argmax(xp.abs(u), axis=-2)
+    big = xp.take_along_axis(u, idx[..., None, :], axis=-2)
+    sg = stop(xp.where(big < 0, -1.0, 1.0))
+    return u * sg, s, vt * xp.swapaxes(sg, -1, -2)
+
+
+def np_svd(a):
+    return svd_signs(*np.linalg.svd(a, full_matrices=False), np)
+
+
+def jax_svd(a):
+    return svd_signs(*jnp.linalg.svd(a, full_matrices=False), jnp, jax.lax.stop_gradient)
+
+
 def np_eigh(a):
     w, v = np.linalg.eigh(a)
     return w, vec_signs(v, np)
@@ -83,6 +100,9 @@ OPS = {
     "qr_r": (lambda a: np_qr(a)[1], lambda a: jax_qr(a)[1]),
     "eigh_values": (lambda a: np_eigh(a)[0], lambda a: jax_eigh(a)[0]),
     "eigh_vectors": (lambda a: np_eigh(a)[1], lambda a: jax_eigh(a)[1]),
+    "svd_u": (lambda a: np_svd(a)[0], lambda a: jax_svd(a)[0]),
+    "svd_s": (lambda a: np_svd(a)[1], lambda a: jax_svd(a)[1]),
+    "svd_vt": (lambda a: np_svd(a)[2], lambda a: jax_svd(a)[2]),
     "lstsq": (lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0], lambda a, b: jnp.linalg.lstsq(a, b)[0]),
 }
 
@@ -126,6 +146,13 @@ CASES += [
     ("lstsq", [rng.standard_normal((5, 3)), rng.standard_normal(5)]),
     ("lstsq", [rng.standard_normal((6, 4)), rng.standard_normal((6, 2))]),
     ("lstsq", [rng.standard_normal((3, 3)), rng.standard_normal(3)]),
+    ("svd_u", [rng.standard_normal((5, 3))]),
+    ("svd_s", [rng.standard_normal((5, 3))]),
+    ("svd_vt", [rng.standard_normal((5, 3))]),
+    ("svd_u", [rng.standard_normal((2, 3, 4))]),
+    ("svd_s", [rng.standard_normal((2, 3, 4))]),
+    ("svd_vt", [rng.standard_normal((2, 3, 4))]),
+    ("svd_vt", [rng.standard_normal((3, 3))]),
 ]
 
 

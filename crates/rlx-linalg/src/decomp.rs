@@ -57,12 +57,41 @@ pub(crate) fn eigh(a: &[f64], n: usize, w: &mut [f64], v: &mut [f64]) -> Result<
     Ok(())
 }
 
+/// The reduced SVD of the row-major `m x n` `a`: `u` (`m x k`), `s` (`k`, descending), `vt`
+/// (`k x n`), row-major, each column of `u` with its entry of largest magnitude positive (the
+/// matching row of `vt` negated with it). Err(reason) when faer's iteration does not converge.
+pub(crate) fn svd(a: &[f64], m: usize, n: usize, u: &mut [f64], s: &mut [f64], vt: &mut [f64]) -> Result<(), String> {
+    let k = m.min(n);
+    let f = Mat::from_fn(m, n, |i, j| a[i * n + j]).thin_svd().map_err(|e| format!("the SVD failed: {e:?}"))?;
+    let (fu, fs, fv) = (f.U(), f.S(), f.V());
+    for i in 0..m {
+        for j in 0..k {
+            u[i * k + j] = fu[(i, j)];
+        }
+    }
+    for i in 0..k {
+        s[i] = fs[i];
+        for j in 0..n {
+            vt[i * n + j] = fv[(j, i)];
+        }
+    }
+    fix_column_signs(u, m, k);
+    for j in 0..k {
+        // Column j of u was negated: negate row j of vt with it.
+        let flipped = (0..m).any(|i| u[i * k + j] != 0.0 && u[i * k + j] == -fu[(i, j)]);
+        if flipped {
+            (0..n).for_each(|c| vt[j * n + c] = -vt[j * n + c]);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn qr_and_eigh_by_hand() {
+    fn qr_eigh_svd_by_hand() {
         // [[3], [4]] = [[0.6], [0.8]] [[5]]; a negated column gives the same factors.
         let (mut q, mut r) = ([0.0; 2], [0.0; 1]);
         qr(&[-3.0, -4.0], 2, 1, &mut q, &mut r);
@@ -74,6 +103,13 @@ mod tests {
         let h = 0.5f64.sqrt();
         for (g, e) in v.iter().zip([h, h, -h, h]) {
             assert!((g - e).abs() < 1e-12, "{v:?}");
+        }
+        // [[0, -3], [2, 0]]: s = (3, 2); u's columns made positive, vt's rows follow them.
+        let (mut u, mut sv, mut vt) = ([0.0; 4], [0.0; 2], [0.0; 4]);
+        svd(&[0.0, -3.0, 2.0, 0.0], 2, 2, &mut u, &mut sv, &mut vt).unwrap();
+        assert!((sv[0] - 3.0).abs() < 1e-12 && (sv[1] - 2.0).abs() < 1e-12, "{sv:?}");
+        for (g, e) in u.iter().chain(&vt).zip([1.0, 0.0, 0.0, 1.0, 0.0, -1.0, 1.0, 0.0]) {
+            assert!((g - e).abs() < 1e-12, "{u:?} {vt:?}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Dense linear algebra as custom ops (`rlx_ir::custom`), computed with faer (pure Rust):
-//! `solve`, `cholesky`, `inv`, `det`, `slogdet`, `qr` (reduced), `eigh` (symmetric), and
-//! `lstsq` (composed from `qr` and `solve`). Leading axes are batch dims, as numpy's; the derivatives are JAX's. `register()` registers the ops and their CPU kernels (f32 and f64; the
+//! `solve`, `cholesky`, `inv`, `det`, `slogdet`, `qr` (reduced), `eigh` (symmetric), `svd`
+//! (reduced), and `lstsq` (composed from `qr` and `solve`). Leading axes are batch dims, as numpy's; the derivatives are JAX's. `register()` registers the ops and their CPU kernels (f32 and f64; the
 //! kernels work in f64 and spread batch items over rlx-cpu's pool).
 //!
 //! Values without an answer: `solve` and `inv` of an exactly singular matrix (a zero LU pivot)
@@ -10,8 +10,10 @@
 //! symmetrized) derivative agree for any input; so does `eigh`.
 //!
 //! Decompositions fix their signs so outputs are unique: `qr` has `diag(r) >= 0`, and each
-//! eigenvector of `eigh` has its entry of largest magnitude positive. `eigh`'s eigenvector
-//! derivative is undefined where eigenvalues repeat (it divides by their differences).
+//! eigenvector of `eigh` and each column of `svd`'s `u` has its entry of largest magnitude
+//! positive (`vt`'s rows follow `u`'s columns). The derivatives of `eigh`'s eigenvectors and
+//! `svd`'s `u`, `vt` are undefined where eigenvalues / singular values repeat (they divide by
+//! their differences), and `svd`'s also where a singular value is zero.
 //!
 //! ```
 //! use rlx_ir::{DType, Graph, Shape};
@@ -51,6 +53,7 @@ mod factor;
 mod lstsq;
 mod qr;
 mod solve;
+mod svd;
 mod util;
 
 pub use eigh::{Eigh, EighPart, eigh};
@@ -58,6 +61,7 @@ pub use factor::{Cholesky, Det, Inv, Slogdet, SlogdetPart, cholesky, det, inv, s
 pub use lstsq::{LstsqError, lstsq};
 pub use qr::{Qr, QrPart, qr};
 pub use solve::{Solve, solve};
+pub use svd::{Svd, SvdPart, svd};
 
 use rlx_cpu::custom::{KernelRegistryError, register_kernel};
 use rlx_ir::DType;
@@ -86,6 +90,7 @@ pub fn register() -> Result<(), RegisterError> {
     register_op::<Slogdet>()?;
     register_op::<Qr>()?;
     register_op::<Eigh>()?;
+    register_op::<Svd>()?;
     register_kernel(Solve::NAME, DTYPES, solve::cpu_kernel)?;
     register_kernel(Cholesky::NAME, DTYPES, factor::cholesky_kernel)?;
     register_kernel(Inv::NAME, DTYPES, factor::inv_kernel)?;
@@ -93,5 +98,6 @@ pub fn register() -> Result<(), RegisterError> {
     register_kernel(Slogdet::NAME, DTYPES, factor::slogdet_kernel)?;
     register_kernel(Qr::NAME, DTYPES, qr::qr_kernel)?;
     register_kernel(Eigh::NAME, DTYPES, eigh::eigh_kernel)?;
+    register_kernel(Svd::NAME, DTYPES, svd::svd_kernel)?;
     Ok(())
 }

@@ -54,6 +54,9 @@ fn apply(g: &mut Graph, op: &str, xs: &[NodeId]) -> NodeId {
         "qr_r" => rlx_linalg::qr(g, xs[0]).1,
         "eigh_values" => rlx_linalg::eigh(g, xs[0]).0,
         "eigh_vectors" => rlx_linalg::eigh(g, xs[0]).1,
+        "svd_u" => rlx_linalg::svd(g, xs[0]).0,
+        "svd_s" => rlx_linalg::svd(g, xs[0]).1,
+        "svd_vt" => rlx_linalg::svd(g, xs[0]).2,
         "lstsq" => rlx_linalg::lstsq(g, xs[0], xs[1]).unwrap(),
         _ => panic!("unknown fixture op {op}"),
     }
@@ -73,7 +76,7 @@ fn values_match_numpy_and_gradients_match_jax() {
     rlx_linalg::register().unwrap();
     let fx: Value = serde_json::from_str(include_str!("fixtures/linalg.json")).unwrap();
     let cases = fx["cases"].as_array().unwrap();
-    assert!(cases.len() >= 26);
+    assert!(cases.len() >= 33);
     for (i, c) in cases.iter().enumerate() {
         let op = c["op"].as_str().unwrap();
         let what = format!("case {i} ({op})");
