@@ -166,6 +166,15 @@ fn bad_shapes_are_typed_errors_naming_the_op() {
     let a = g.input("a", Shape::new(&[3, 3], DType::I32));
     rlx_linalg::det(&mut g, a);
     assert!(g.check().unwrap_err().to_string().contains("needs f32 or f64"));
+    let mut g = Graph::new("bad");
+    let a = g.input("a", Shape::new(&[3, 4], DType::F64));
+    rlx_linalg::eigh(&mut g, a);
+    let e = g.check().unwrap_err().to_string();
+    assert!(e.contains("linalg_eigh") && e.contains("[..., n, n]"), "{e}");
+    let mut g = Graph::new("bad");
+    let a = g.input("a", Shape::new(&[4], DType::F64));
+    rlx_linalg::qr(&mut g, a);
+    assert!(g.check().unwrap_err().to_string().contains("linalg_qr"));
 }
 
 #[test]
@@ -179,11 +188,22 @@ fn numpy_2_vector_rule_and_text_round_trip() {
     let xv = rlx_linalg::solve(&mut g, a, v);
     let xm = rlx_linalg::solve(&mut g, a, m);
     let (s, l) = rlx_linalg::slogdet(&mut g, a);
+    let w = g.input("w", Shape::new(&[2, 5, 3], DType::F32));
+    let (q, r) = rlx_linalg::qr(&mut g, w);
+    let (u, sv, vt) = rlx_linalg::svd(&mut g, w);
+    let (ev, evec) = rlx_linalg::eigh(&mut g, a);
+    assert_eq!(g.shape(q).unwrap().fixed_dims(), Some(vec![2, 5, 3]));
+    assert_eq!(g.shape(r).unwrap().fixed_dims(), Some(vec![2, 3, 3]));
+    assert_eq!(g.shape(sv).unwrap().fixed_dims(), Some(vec![2, 3]));
+    assert_eq!(g.shape(vt).unwrap().fixed_dims(), Some(vec![2, 3, 3]));
+    assert_eq!(g.shape(ev).unwrap().fixed_dims(), Some(vec![5, 3]));
     assert_eq!(g.shape(xv).unwrap().fixed_dims(), Some(vec![5, 3]));
     assert_eq!(g.shape(xm).unwrap().fixed_dims(), Some(vec![5, 3, 5]));
-    g.set_outputs(vec![xv, xm, s, l]);
+    g.set_outputs(vec![xv, xm, s, l, q, r, u, sv, vt, ev, evec]);
     let text = g.to_text();
     assert!(text.contains("linalg_slogdet(%0) {\"part\":\"sign\"}"), "{text}");
+    assert!(text.contains("{\"part\":\"r\"}") && text.contains("{\"part\":\"vt\"}"), "{text}");
+    assert!(text.contains("{\"part\":\"vectors\"}"), "{text}");
     assert_eq!(Graph::from_text(&text).unwrap(), g);
     assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
 }
