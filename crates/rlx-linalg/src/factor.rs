@@ -12,25 +12,6 @@ use rlx_ir::{Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// The OpDef items every op here shares: a name, one input, the composite trait, and the batch
-/// rule that applies the op to the vmapped input as it is.
-macro_rules! common {
-    () => {
-        fn name(&self) -> &'static str {
-            Self::NAME
-        }
-        fn traits(&self) -> OpTraits {
-            OpTraits::COMPOSITE
-        }
-        fn arity(&self) -> Arity {
-            Arity::Exact(1)
-        }
-        fn batch(&self, g: &mut Graph, ins: &[NodeId], _batched: &[bool], _size: usize) -> Option<NodeId> {
-            Some(g.add_node(op(self.clone()), &[ins[0]]))
-        }
-    };
-}
-
 /// The square input's `n` (the kernels and references run only on static shapes).
 fn n_of(dims: &[usize]) -> usize {
     dims[dims.len() - 1]

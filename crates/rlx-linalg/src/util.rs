@@ -33,6 +33,10 @@ pub(crate) enum Matrix {
     General,
     /// Symmetric positive definite: `M M^T / n + I`.
     Spd,
+    /// Uniform in [-1, 1], any shape (full rank almost surely).
+    FullRank,
+    /// Symmetric, eigenvalues spread apart: `(M + M^T) / 2 + diag(0, 1, .., n - 1)`.
+    Symmetric,
 }
 
 /// Sample inputs of these dims: the first a batch of square matrices of the given kind, the rest
@@ -43,11 +47,21 @@ pub(crate) fn inputs(dims: &[&[usize]], dt: DType, seed: u64, kind: Matrix) -> V
         .map(|(i, d)| {
             let numel: usize = d.iter().product();
             let mut v = rand_f64(numel, -1.0, 1.0, seed + i as u64);
-            if i == 0 {
+            if i == 0 && kind != Matrix::FullRank {
                 let n = d[d.len() - 1];
                 for m in v.chunks_mut(n * n) {
                     match kind {
                         Matrix::General => (0..n).for_each(|j| m[j * n + j] += n as f64),
+                        Matrix::FullRank => {}
+                        Matrix::Symmetric => {
+                            let src = m.to_vec();
+                            for r in 0..n {
+                                for c in 0..n {
+                                    m[r * n + c] = 0.5 * (src[r * n + c] + src[c * n + r]);
+                                }
+                                m[r * n + r] += r as f64;
+                            }
+                        }
                         Matrix::Spd => {
                             let src = m.to_vec();
                             for r in 0..n {

@@ -50,6 +50,14 @@ fn apply(g: &mut Graph, op: &str, xs: &[NodeId]) -> NodeId {
         "det" => rlx_linalg::det(g, xs[0]),
         "slogdet_sign" => rlx_linalg::slogdet(g, xs[0]).0,
         "slogdet_logabsdet" => rlx_linalg::slogdet(g, xs[0]).1,
+        "qr_q" => rlx_linalg::qr(g, xs[0]).0,
+        "qr_r" => rlx_linalg::qr(g, xs[0]).1,
+        "eigh_values" => rlx_linalg::eigh(g, xs[0]).0,
+        "eigh_vectors" => rlx_linalg::eigh(g, xs[0]).1,
+        "svd_u" => rlx_linalg::svd(g, xs[0]).0,
+        "svd_s" => rlx_linalg::svd(g, xs[0]).1,
+        "svd_vt" => rlx_linalg::svd(g, xs[0]).2,
+        "lstsq" => rlx_linalg::lstsq(g, xs[0], xs[1]).unwrap(),
         _ => panic!("unknown fixture op {op}"),
     }
 }
@@ -68,7 +76,7 @@ fn values_match_numpy_and_gradients_match_jax() {
     rlx_linalg::register().unwrap();
     let fx: Value = serde_json::from_str(include_str!("fixtures/linalg.json")).unwrap();
     let cases = fx["cases"].as_array().unwrap();
-    assert!(cases.len() >= 13);
+    assert!(cases.len() >= 33);
     for (i, c) in cases.iter().enumerate() {
         let op = c["op"].as_str().unwrap();
         let what = format!("case {i} ({op})");
@@ -158,6 +166,15 @@ fn bad_shapes_are_typed_errors_naming_the_op() {
     let a = g.input("a", Shape::new(&[3, 3], DType::I32));
     rlx_linalg::det(&mut g, a);
     assert!(g.check().unwrap_err().to_string().contains("needs f32 or f64"));
+    let mut g = Graph::new("bad");
+    let a = g.input("a", Shape::new(&[3, 4], DType::F64));
+    rlx_linalg::eigh(&mut g, a);
+    let e = g.check().unwrap_err().to_string();
+    assert!(e.contains("linalg_eigh") && e.contains("[..., n, n]"), "{e}");
+    let mut g = Graph::new("bad");
+    let a = g.input("a", Shape::new(&[4], DType::F64));
+    rlx_linalg::qr(&mut g, a);
+    assert!(g.check().unwrap_err().to_string().contains("linalg_qr"));
 }
 
 #[test]
@@ -171,11 +188,34 @@ fn numpy_2_vector_rule_and_text_round_trip() {
     let xv = rlx_linalg::solve(&mut g, a, v);
     let xm = rlx_linalg::solve(&mut g, a, m);
     let (s, l) = rlx_linalg::slogdet(&mut g, a);
+    let w = g.input("w", Shape::new(&[2, 5, 3], DType::F32));
+    let (q, r) = rlx_linalg::qr(&mut g, w);
+    let (u, sv, vt) = rlx_linalg::svd(&mut g, w);
+    let (ev, evec) = rlx_linalg::eigh(&mut g, a);
+    assert_eq!(g.shape(q).unwrap().fixed_dims(), Some(vec![2, 5, 3]));
+    assert_eq!(g.shape(r).unwrap().fixed_dims(), Some(vec![2, 3, 3]));
+    assert_eq!(g.shape(sv).unwrap().fixed_dims(), Some(vec![2, 3]));
+    assert_eq!(g.shape(vt).unwrap().fixed_dims(), Some(vec![2, 3, 3]));
+    assert_eq!(g.shape(ev).unwrap().fixed_dims(), Some(vec![5, 3]));
     assert_eq!(g.shape(xv).unwrap().fixed_dims(), Some(vec![5, 3]));
     assert_eq!(g.shape(xm).unwrap().fixed_dims(), Some(vec![5, 3, 5]));
-    g.set_outputs(vec![xv, xm, s, l]);
+    g.set_outputs(vec![xv, xm, s, l, q, r, u, sv, vt, ev, evec]);
     let text = g.to_text();
     assert!(text.contains("linalg_slogdet(%0) {\"part\":\"sign\"}"), "{text}");
+    assert!(text.contains("{\"part\":\"r\"}") && text.contains("{\"part\":\"vt\"}"), "{text}");
+    assert!(text.contains("{\"part\":\"vectors\"}"), "{text}");
     assert_eq!(Graph::from_text(&text).unwrap(), g);
     assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+}
+
+#[test]
+fn lstsq_rejects_wide_and_batched_inputs() {
+    let mut g = Graph::new("lstsq");
+    let a = g.input("a", Shape::new(&[3, 5], DType::F64));
+    let b = g.input("b", Shape::new(&[3], DType::F64));
+    let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err();
+    assert_eq!(e, rlx_linalg::LstsqError::Wide { m: 3, n: 5 });
+    let a = g.input("a2", Shape::new(&[2, 5, 3], DType::F64));
+    let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err().to_string();
+    assert!(e.contains("linalg_lstsq") && e.contains("[m, n]"), "{e}");
 }
