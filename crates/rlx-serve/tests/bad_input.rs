@@ -87,8 +87,16 @@ fn a_client_that_leaves_mid_stream_does_not_stop_the_next_request() {
     }
     assert_eq!(request(addr, "GET", "/health", "").status, 200);
     // Every page is back in the pool, the abandoned request's too (cancelled, or ended by a
-    // sampled end-of-text token before the hang-up was seen).
-    let m = request(addr, "GET", "/metrics", "").body;
+    // sampled end-of-text token before the hang-up was seen). The scheduler notices the hang-up
+    // on its next step, which may come after the requests above: wait for it, up to 10 s.
+    let mut m = String::new();
+    for _ in 0..200 {
+        m = request(addr, "GET", "/metrics", "").body;
+        if m.contains("rlx_kv_pages_used 0") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert!(m.contains("rlx_kv_pages_used 0"), "{m}");
     server.shutdown().unwrap();
 }
