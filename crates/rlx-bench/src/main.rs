@@ -2,7 +2,7 @@
 //! medians), printed as Markdown tables with ratios.
 //!
 //! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] |
-//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
+//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -17,6 +17,7 @@ mod pjrt;
 mod probe;
 mod qmatmul;
 mod qwen3;
+mod scan;
 mod stats;
 mod train;
 
@@ -118,13 +119,17 @@ fn main() {
             header();
             linalg::run(1024, &if nums.is_empty() { vec![1, 4] } else { nums.clone() }, rounds, &mut python(true))
         }
+        Some("scan") => {
+            header();
+            scan::run(nums.first().copied().unwrap_or(1000), rounds)
+        }
         Some("ops") => ops::run(nums.first().copied().unwrap_or(20), args.get(2).map(String::as_str)),
         Some("profile") => {
             let n = |i: usize, d: usize| nums.get(i).copied().unwrap_or(d);
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]".into())
         }
     };
     if let Err(e) = r {
