@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""JAX's side of the scan RNN benchmark (`cargo run --release -p rlx-autodiff --example scan_rnn_bench`):
+"""JAX's side of the scan RNN benchmark (`rlx-bench scan`, which runs this script each round):
 a T-step RNN `h <- tanh(x wx + h wh + b)` through `jax.lax.scan` in float32, loss
 `sum(hs^2) / T`; jit compile time (lower + compile) and the median run of the forward (loss) and
 of the forward and backward (loss and gradients of wx, wh, b), on the CPU.
