@@ -422,6 +422,24 @@ impl PyGraph {
         self.build(|g| g.scan(b, init.0, xs.0, &c)).map(|(c, y)| (c.into(), y.into()))
     }
 
+    /// `jax.lax.scan` over the leading axis of every `xs`: `body(carries..., x_ts..., consts...)
+    /// -> (carries..., ys...)`; returns (final carries, stacked ys). `reverse` runs from the last
+    /// element to the first (the stacked ys keep the elements' order).
+    #[pyo3(signature = (body, inits, xs, consts = vec![], reverse = false))]
+    fn scan_n(
+        &mut self,
+        body: PyRef<'_, PyGraph>,
+        inits: Vec<Id>,
+        xs: Vec<Id>,
+        consts: Vec<Id>,
+        reverse: bool,
+    ) -> PyResult<(Vec<PyNode>, Vec<PyNode>)> {
+        let (b, i, x, c) = (body.g.clone(), ids(&inits), ids(&xs), ids(&consts));
+        let (carries, ys) = self.build(|g| g.scan_n(b, &i, &x, &c, reverse))?;
+        let nodes = |v: Vec<NodeId>| v.into_iter().map(Into::into).collect();
+        Ok((nodes(carries), nodes(ys)))
+    }
+
     /// `while cond(x, consts...): x = body(x, consts...)`, at most `max_trips` times.
     #[pyo3(signature = (cond, body, init, consts = vec![], max_trips = 1_000_000))]
     fn while_loop(

@@ -4,7 +4,6 @@
 use pyo3::prelude::*;
 
 mod builders;
-mod control;
 mod convert;
 mod errors;
 mod graph;

@@ -160,6 +160,11 @@ pub fn selective_scan_f64(
     y
 }
 
+/// The operands' dims, which must all be fixed (the scan's shape checks need numbers).
+pub(crate) fn fixed_dims(ins: &[&Shape]) -> std::result::Result<Vec<Vec<usize>>, String> {
+    ins.iter().map(|s| s.dims_fixed()).collect()
+}
+
 impl OpDef for SelectiveScan {
     fn name(&self) -> &'static str {
         "selective_scan"
@@ -173,9 +178,8 @@ impl OpDef for SelectiveScan {
     fn infer(&self, ins: &[&Shape]) -> std::result::Result<Shape, String> {
         let dt = same_dtype(ins)?;
         require_float(dt)?;
-        let d: Vec<Vec<usize>> = ins.iter().map(|s| s.dims_fixed()).collect::<std::result::Result<_, String>>()?;
-        let d: Vec<&[usize]> = d.iter().map(|v| v.as_slice()).collect();
-        let s = self.dims_of(&d)?;
+        let d = fixed_dims(ins)?;
+        let s = self.dims_of(&d.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
         Ok(Shape::new(&[s.b, s.d, s.l], dt))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {

@@ -11,7 +11,7 @@
 
 use crate::ops::SelectiveScan;
 use crate::ops::rules::dims;
-use crate::ops::selective_scan::{ScanDims, sample_inputs, softplus};
+use crate::ops::selective_scan::{ScanDims, fixed_dims, sample_inputs, softplus};
 use crate::ops::util::{rand_f64, require_float, same_dtype};
 use crate::{DType, Data, Error, Graph, HostTensor, NodeId, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
@@ -142,9 +142,8 @@ impl OpDef for SelectiveScanGrad {
     fn infer(&self, ins: &[&Shape]) -> std::result::Result<Shape, String> {
         let dt = same_dtype(ins)?;
         require_float(dt)?;
-        let d: Vec<Vec<usize>> = ins.iter().map(|s| s.dims_fixed()).collect::<std::result::Result<_, String>>()?;
-        let d: Vec<&[usize]> = d.iter().map(|v| v.as_slice()).collect();
-        let s = self.dims_of(&d)?;
+        let d = fixed_dims(ins)?;
+        let s = self.dims_of(&d.iter().map(Vec::as_slice).collect::<Vec<_>>())?;
         Ok(Shape::new(&[self.segments(s).iter().sum()], dt))
     }
     fn reference(&self, ins: &[&HostTensor], out: &Shape) -> Result<HostTensor> {

@@ -14,11 +14,17 @@ use std::sync::{Arc, Mutex, Weak};
 /// Decode streams these bytes from DRAM every token: from one huge page on, they get a mapping
 /// of their own on a 2 MiB boundary, so that nearly all of them lie on huge pages.
 struct Aligned {
-    base: *mut u8,
     ptr: *mut u8,
     len: usize,
-    layout: std::alloc::Layout,
-    mapped: Option<rlx_driver::huge_pages::HugeZeroed>,
+    storage: Storage,
+}
+
+/// Where an `Aligned` buffer's bytes live (freed on drop).
+enum Storage {
+    /// A heap block from `alloc_zeroed` with this layout.
+    Heap { base: *mut u8, layout: std::alloc::Layout },
+    /// Its own mapping (unmaps itself).
+    Mapped(#[allow(dead_code)] rlx_driver::huge_pages::HugeZeroed),
 }
 
 // SAFETY: a plain owned allocation, written only before it is shared (then read-only).
@@ -29,8 +35,7 @@ unsafe impl Sync for Aligned {}
 impl Aligned {
     fn zeroed(len: usize) -> Aligned {
         if let Some(m) = rlx_driver::huge_pages::HugeZeroed::new(len) {
-            let layout = std::alloc::Layout::new::<u8>();
-            return Aligned { base: std::ptr::null_mut(), ptr: m.as_ptr(), len, layout, mapped: Some(m) };
+            return Aligned { ptr: m.as_ptr(), len, storage: Storage::Mapped(m) };
         }
         // 16-byte alignment plus 64 spare bytes, aligned up by hand: `calloc` then leaves fresh
         // pages untouched (an over-aligned layout would memset them).
@@ -44,7 +49,7 @@ impl Aligned {
         rlx_driver::huge_pages::advise(base, layout.size());
         // SAFETY: at most 63 bytes past `base`, inside the 64 spare bytes.
         let ptr = unsafe { base.add(base.align_offset(64)) };
-        Aligned { base, ptr, len, layout, mapped: None }
+        Aligned { ptr, len, storage: Storage::Heap { base, layout } }
     }
 
     fn bytes(&self) -> &[u8] {
@@ -60,12 +65,10 @@ impl Aligned {
 
 impl Drop for Aligned {
     fn drop(&mut self) {
-        if self.mapped.is_some() {
-            // The mapping unmaps itself.
-            return;
+        if let Storage::Heap { base, layout } = self.storage {
+            // SAFETY: allocated in `zeroed` with this layout, freed once.
+            unsafe { std::alloc::dealloc(base, layout) };
         }
-        // SAFETY: allocated in `zeroed` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.base, self.layout) };
     }
 }
 

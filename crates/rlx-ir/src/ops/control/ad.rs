@@ -363,12 +363,7 @@ impl Scan {
             });
         }
         let wrt: Vec<usize> = (0..nb).filter(|&i| i < nc || batched[i]).collect();
-        let vb = tx.vmap(&self.body, &wrt, size)?;
-        // Back to the body's operand order, by name.
-        let names: Vec<String> = self.body.inputs().iter().map(|(_, n)| n.to_string()).collect();
-        let vin: Vec<String> = vb.inputs().iter().map(|(_, n)| n.to_string()).collect();
-        let order: Vec<usize> = names.iter().filter_map(|n| vin.iter().position(|m| m == n)).collect();
-        let body = reorder_inputs(&vb, &order);
+        let body = super::inputs_as(&tx.vmap(&self.body, &wrt, size)?, &self.body);
         let y = g.try_add(Scan { body: Box::new(body), ..self.clone() }, &args)?;
         Ok(match self.output {
             ScanOutput::Carry => y,
