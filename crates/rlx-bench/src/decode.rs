@@ -30,6 +30,8 @@ pub fn run(path: &str, tokens: usize, rounds: usize) -> Result<(), String> {
         generate(m, &prompt, &opts, |_| true).map(|s| s.decode_tok_s()).map_err(|e| e.to_string())
     };
     decode(&mut m)?;
+    // Under RLX_PROFILE=1 the table after the rounds covers only the timed decodes.
+    rlx_cpu::kernels::profile::reset();
     let probe_buf = rlx_driver::huge_pages::vec(128usize << 20, 1u32);
     println!("\n## Decode of {path} ({:.1} MB of weights per token, {tokens} tokens, greedy)", bytes as f64 / 1e6);
     println!("| round | tok/s | weights GB/s | read probe GB/s | weights / probe |");
@@ -46,5 +48,8 @@ pub fn run(path: &str, tokens: usize, rounds: usize) -> Result<(), String> {
     }
     let t = median(&toks);
     println!("| median | {t:.1} | {:.1} | {:.1} | {:.2} |", bytes as f64 * t / 1e9, median(&probes), median(&ratios));
+    if rlx_cpu::kernels::profile::enabled() {
+        print!("\nKernel time over the timed rounds (RLX_PROFILE=1):\n{}", rlx_cpu::kernels::profile::report());
+    }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! rlx-bench: RLX and its peers measured side by side in the same run (interleaved rounds,
 //! medians), printed as Markdown tables with ratios.
 //!
-//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] |
+//! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [q6_k] [M..] | decode MODEL.gguf [TOKENS] |
 //! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
@@ -97,7 +97,9 @@ fn main() {
         }
         Some("qmatmul") => {
             header();
-            qmatmul::run(&if nums.is_empty() { vec![1, 2, 4, 8, 16, 128] } else { nums.clone() }, rounds)
+            let q6 = args.iter().any(|a| a.eq_ignore_ascii_case("q6_k"));
+            let scheme = if q6 { rlx_ir::QuantScheme::Q6_K } else { rlx_ir::QuantScheme::Q4_K };
+            qmatmul::run(&if nums.is_empty() { vec![1, 2, 4, 8, 16, 128] } else { nums.clone() }, rounds, scheme)
         }
         Some("decode") => {
             header();
@@ -129,7 +131,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [q6_k] [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]".into())
         }
     };
     if let Err(e) = r {
