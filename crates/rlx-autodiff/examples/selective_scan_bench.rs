@@ -35,18 +35,30 @@ fn loss(op: &SelectiveScan, ins: &[HostTensor], decomposed: bool) -> Graph {
 
 fn bench(g: &Graph, feeds: &[(&str, HostTensor)], reps: usize) -> f64 {
     clear_memory_cache();
-    let mut c = Session::new(Device::Cpu).compile(g.clone()).expect("compile");
-    let ins: Vec<(&str, &HostTensor)> =
-        feeds.iter().filter(|(n, _)| c.inputs().iter().any(|(i, _)| i == n)).map(|(n, t)| (*n, t)).collect();
-    c.run_tensors(&ins).expect("run");
+    let session = Session::new(Device::Cpu);
+    let mut c = session.compile(g.clone()).expect("compile");
+    // Bytes made once, as JAX's arrays are placed once: the runs time the graph, not conversions.
+    let bytes: Vec<(&str, Vec<u8>, DType)> = feeds
+        .iter()
+        .filter(|(n, _)| c.inputs().iter().any(|(i, _)| i == n))
+        .map(|(n, t)| (*n, t.to_bytes(), t.dtype()))
+        .collect();
+    let ins: Vec<(&str, &[u8], DType)> = bytes.iter().map(|(n, b, d)| (*n, b.as_slice(), *d)).collect();
+    c.run_typed(&ins).expect("run");
     let mut runs: Vec<f64> = (0..reps)
         .map(|_| {
             let t = Instant::now();
-            c.run_tensors(&ins).expect("run");
+            c.run_typed(&ins).expect("run");
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
     runs.sort_by(f64::total_cmp);
+    // Under RLX_PROFILE=1: the kernels of this graph's runs (the CPU backend's table is global).
+    let report = session.profile_report();
+    if !report.is_empty() {
+        eprint!("{}: {report}", g.name());
+        session.reset_profile();
+    }
     runs[runs.len() / 2]
 }
 

@@ -30,6 +30,8 @@ pub trait Real:
     fn is_nan(self) -> bool;
     /// `e^x`: a polynomial that vectorizes for f32 (within 2 ulp), the std one for f64.
     fn exp(self) -> Self;
+    /// `ln(1 + e^x)`: without calls for f32 (so loops vectorize), libm's for f64.
+    fn softplus(self) -> Self;
     /// Natural log (scalar; used once per row).
     fn ln(self) -> Self;
     /// Square root (scalar; used once per row).
@@ -60,6 +62,10 @@ impl Real for f32 {
     #[inline(always)]
     fn exp(self) -> f32 {
         exp_f32(self)
+    }
+    #[inline(always)]
+    fn softplus(self) -> f32 {
+        softplus_f32(self)
     }
     fn ln(self) -> f32 {
         f32::ln(self)
@@ -94,6 +100,10 @@ impl Real for f64 {
     fn exp(self) -> f64 {
         f64::exp(self)
     }
+    #[inline(always)]
+    fn softplus(self) -> f64 {
+        self.max(0.0) + (-self.abs()).exp().ln_1p()
+    }
     fn ln(self) -> f64 {
         f64::ln(self)
     }
@@ -112,6 +122,21 @@ impl Real for f64 {
     fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
         if FMA { a.mul_add(b, c) } else { a * b + c }
     }
+}
+
+/// `ln(1 + e^x)` in f32 without calls, so loops vectorize: `max(x, 0) + ln(1 + y)` with
+/// `y = e^-|x|` in (0, 1], and `ln(1 + y) = 2 atanh(s)`, `s = y / (2 + y) <= 1/3`, by its odd
+/// series to `s^15` (truncation below 4e-10, so f32 rounding dominates). NaN stays NaN.
+#[inline(always)]
+pub fn softplus_f32(x: f32) -> f32 {
+    let y = exp_f32(-x.abs());
+    let s = y / (2.0 + y);
+    let s2 = s * s;
+    let mut p = 1.0 / 15.0;
+    for c in [1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0, 1.0] {
+        p = p * s2 + c;
+    }
+    x.max(0.0) + 2.0 * s * p
 }
 
 /// `e^x` in f32 without branches or calls, so loops over it vectorize: Cephes' range reduction

@@ -1,18 +1,18 @@
 //! `selective_scan` (Mamba): the recurrence run natively, rows `(b, d)` split across the pool.
 //!
-//! Per row the state entries `n` are independent chains, so each runs on its own over L: the
-//! step factors `exp(dt * A[d, n])` and inputs `dt * u * B[b, n, :]` are computed for the whole
-//! row first (independent, so they vectorize), leaving only one multiply-add per step on the
-//! serial chain; B and C rows are contiguous in that order (`[B, N, L]`), and the state never
-//! leaves registers. Per-task scratch (four rows of L) is reserved at build time.
+//! Per row the state entries `n` are independent chains. The forward runs `LANES` of them side
+//! by side: their step factors `exp(dt * A[d, n])`, inputs `dt * u * B[b, n, :]` and `C` are laid
+//! out step-major for the group first (the exps vectorize across the lanes), leaving one vector
+//! multiply-add per step on the serial chain instead of one scalar multiply-add per chain and
+//! step. Per-task scratch is reserved at build time.
 
-use super::math::{Real, SharedMut};
+use super::math::{Real, SharedMut, avx2_fma};
 use super::{Kernel, KernelBuilder, KernelCtx, unsupported};
 use crate::exec::Bufs;
 use crate::threads::{num_threads, parallel_for};
 use rlx_driver::KernelTable;
 use rlx_ir::ops::SelectiveScan;
-use rlx_ir::ops::selective_scan::{ScanDims, softplus};
+use rlx_ir::ops::selective_scan::ScanDims;
 use rlx_ir::{DType, Op, OpKind, Result};
 use std::sync::Mutex;
 
@@ -36,17 +36,44 @@ fn selective_scan(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }
 }
 
-/// Per-task rows of L: dt, dt * u, the step factors, the chain's states.
+/// Chains run side by side (one AVX2 vector of f32): the forward's lanes are 8 rows `d` of one
+/// batch item (they share `B` and `C`, which become broadcasts), the backward's 8 state entries
+/// `n` of one row.
+const LANES: usize = 8;
+const _: () = assert!(LANES == 8, "lane_sum adds eight lanes");
+
+/// One backward group's step-major tiles (`[L][LANES]`): step factors, inputs `dt * u * B`, `C`,
+/// `B`, the states, and the `B` and `C` gradients.
+struct Tiles<T> {
+    da: Vec<[T; LANES]>,
+    hb: Vec<[T; LANES]>,
+    c: Vec<[T; LANES]>,
+    b: Vec<[T; LANES]>,
+    hs: Vec<[T; LANES]>,
+    db: Vec<[T; LANES]>,
+    dc: Vec<[T; LANES]>,
+}
+
+impl<T: Real> Tiles<T> {
+    fn new(l: usize) -> Self {
+        let tile = || vec![[T::ZERO; LANES]; l];
+        Tiles { da: tile(), hb: tile(), c: tile(), b: tile(), hs: tile(), db: tile(), dc: tile() }
+    }
+}
+
+/// Per-task scratch of the forward: one row's dt, and the lanes' dt, dt * u and output,
+/// step-major.
 struct Rows<T> {
-    dt: Vec<T>,
-    dtu: Vec<T>,
-    da: Vec<T>,
-    h: Vec<T>,
+    row: Vec<T>,
+    dt: Vec<[T; LANES]>,
+    dtu: Vec<[T; LANES]>,
+    y: Vec<[T; LANES]>,
 }
 
 impl<T: Real> Rows<T> {
     fn new(l: usize) -> Self {
-        Rows { dt: vec![T::ZERO; l], dtu: vec![T::ZERO; l], da: vec![T::ZERO; l], h: vec![T::ZERO; l] }
+        let tile = || vec![[T::ZERO; LANES]; l];
+        Rows { row: vec![T::ZERO; l], dt: tile(), dtu: tile(), y: tile() }
     }
 }
 
@@ -80,59 +107,134 @@ impl<'a, T: bytemuck::Pod> Operands<'a, T> {
 
 /// `dt` for row `(_, d)` at every step: delta plus the bias, softplus'd when asked.
 fn row_dt<T: Real>(op: &SelectiveScan, x: &Operands<'_, T>, d: usize, row: usize, l: usize, out: &mut [T]) {
-    let bias = x.bias.map_or(0.0, |v| v[d].to_f64());
-    for (t, o) in out.iter_mut().enumerate() {
-        let v = x.delta[row * l + t].to_f64() + bias;
-        *o = T::from_f64(if op.delta_softplus { softplus(v) } else { v });
+    let bias = x.bias.map_or(T::ZERO, |v| v[d]);
+    for (o, &delta) in out.iter_mut().zip(&x.delta[row * l..(row + 1) * l]) {
+        let v = delta + bias;
+        *o = if op.delta_softplus { v.softplus() } else { v };
     }
 }
 
 fn forward<T: Real + bytemuck::Pod>(op: SelectiveScan, s: ScanDims) -> Kernel {
     let ScanDims { b: nb, d: nd, n: nn, l: nl } = s;
-    let rows = nb * nd;
-    let tasks = if rows * nn * nl < PAR_MIN { 1 } else { num_threads().min(rows).max(1) };
+    let dgroups = nd.div_ceil(LANES);
+    let groups = nb * dgroups;
+    let tasks = if nb * nd * nn * nl < PAR_MIN { 1 } else { num_threads().min(groups).max(1) };
     let scratch: Vec<Mutex<Rows<T>>> = (0..tasks).map(|_| Mutex::new(Rows::new(nl))).collect();
+    let simd = avx2_fma();
     Box::new(move |bufs: &Bufs<'_>| {
         let x = Operands::<T>::of(&op, bufs);
         let out = SharedMut(bufs.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
-            let mine = (task * rows / tasks)..((task + 1) * rows / tasks);
+            let mine = (task * groups / tasks)..((task + 1) * groups / tasks);
             let mut sc = scratch[task].lock().unwrap_or_else(|e| e.into_inner());
-            let Rows { dt, dtu, da, h } = &mut *sc;
-            for row in mine {
-                let (b, d) = (row / nd, row % nd);
-                // SAFETY: each row of the output is written by the one task that owns the row.
-                let y = unsafe { out.slice(row * nl, nl) };
-                row_dt(&op, &x, d, row, nl, dt);
-                let u = &x.u[row * nl..(row + 1) * nl];
-                for t in 0..nl {
-                    dtu[t] = dt[t] * u[t];
+            let Rows { row: rt, dt, dtu, y } = &mut *sc;
+            for gi in mine {
+                let (b, d0) = (gi / dgroups, (gi % dgroups) * LANES);
+                let w = LANES.min(nd - d0);
+                // The lanes' dt and dt * u, step-major; lanes past the rows stay 0 (their
+                // states stay 0 and their outputs are not written).
+                for (dt, dtu) in dt.iter_mut().zip(dtu.iter_mut()) {
+                    *dt = [T::ZERO; LANES];
+                    *dtu = [T::ZERO; LANES];
                 }
-                y.iter_mut().for_each(|v| *v = T::ZERO);
+                for j in 0..w {
+                    let row = b * nd + d0 + j;
+                    row_dt(&op, &x, d0 + j, row, nl, rt);
+                    let u = &x.u[row * nl..(row + 1) * nl];
+                    for (((dt, dtu), &v), &ut) in dt.iter_mut().zip(dtu.iter_mut()).zip(rt.iter()).zip(u) {
+                        dt[j] = v;
+                        dtu[j] = v * ut;
+                    }
+                }
+                y.iter_mut().for_each(|v| *v = [T::ZERO; LANES]);
                 for k in 0..nn {
-                    let ak = x.a[d * nn + k];
-                    let bk = &x.b[(b * nn + k) * nl..(b * nn + k + 1) * nl];
-                    let ck = &x.c[(b * nn + k) * nl..(b * nn + k + 1) * nl];
-                    for t in 0..nl {
-                        da[t] = (dt[t] * ak).exp();
-                        h[t] = dtu[t] * bk[t];
+                    let mut a = [T::ZERO; LANES];
+                    for (j, a) in a.iter_mut().enumerate().take(w) {
+                        *a = x.a[(d0 + j) * nn + k];
                     }
-                    // The serial part: one multiply-add per step.
-                    let mut state = T::ZERO;
-                    for t in 0..nl {
-                        state = da[t] * state + h[t];
-                        h[t] = state;
-                    }
-                    for t in 0..nl {
-                        y[t] = y[t] + h[t] * ck[t];
-                    }
+                    let bc = (b * nn + k) * nl..(b * nn + k + 1) * nl;
+                    lanes_scan(simd, &a, dt, dtu, &x.b[bc.clone()], &x.c[bc], y);
                 }
-                finish_row(&x, d, row, nl, y);
+                for j in 0..w {
+                    let row = b * nd + d0 + j;
+                    // SAFETY: each row of the output is written by the one task that owns its group.
+                    let out = unsafe { out.slice(row * nl, nl) };
+                    for (o, y) in out.iter_mut().zip(y.iter()) {
+                        *o = y[j];
+                    }
+                    finish_row(&x, d0 + j, row, nl, out);
+                }
             }
         });
         Ok(())
     })
 }
+
+/// One state entry `k` for every lane (row `d`): `h = exp(dt * A[d, k]) * h + dt * u * B[k, t]`
+/// and `y += h * C[k, t]` per step, `B` and `C` shared by the lanes.
+#[inline(always)]
+fn lanes_scan_body<T: Real, const FMA: bool>(
+    a: &[T; LANES],
+    dt: &[[T; LANES]],
+    dtu: &[[T; LANES]],
+    bk: &[T],
+    ck: &[T],
+    y: &mut [[T; LANES]],
+) {
+    let mut h = [T::ZERO; LANES];
+    for ((((dt, dtu), &bt), &ct), y) in dt.iter().zip(dtu).zip(bk).zip(ck).zip(y.iter_mut()) {
+        for j in 0..LANES {
+            let da = (dt[j] * a[j]).exp();
+            h[j] = T::madd::<FMA>(da, h[j], dtu[j] * bt);
+            y[j] = T::madd::<FMA>(h[j], ct, y[j]);
+        }
+    }
+}
+
+crate::simd_entry!(lanes_scan = lanes_scan_body<T: Real>(a: &[T; LANES], dt: &[[T; LANES]], dtu: &[[T; LANES]], bk: &[T], ck: &[T], y: &mut [[T; LANES]]));
+
+/// One group of up to `LANES` state entries of a row: their `A[d, k]`, and their `B` and `C`
+/// rows (`[w, L]`).
+struct Group<'a, T> {
+    a: &'a [T],
+    b: &'a [T],
+    c: &'a [T],
+    l: usize,
+}
+
+/// Fills the group's step-major tiles `da`, `hb`, `c`, `b`; lanes past the group's width stay
+/// zero (they decay to and add nothing).
+#[inline(always)]
+fn group_tiles_body<T: Real, const FMA: bool>(g: &Group<'_, T>, dt: &[T], dtu: &[T], tl: &mut Tiles<T>) {
+    let w = g.a.len();
+    let mut a = [T::ZERO; LANES];
+    a[..w].copy_from_slice(g.a);
+    let rows = tl.da.iter_mut().zip(tl.hb.iter_mut()).zip(tl.c.iter_mut()).zip(tl.b.iter_mut());
+    for (t, (((da, hb), c), bt)) in rows.enumerate() {
+        let (dtt, dtut) = (dt[t], dtu[t]);
+        for j in 0..LANES {
+            da[j] = (dtt * a[j]).exp();
+        }
+        for j in 0..LANES {
+            let (bj, cj) = if j < w { (g.b[j * g.l + t], g.c[j * g.l + t]) } else { (T::ZERO, T::ZERO) };
+            hb[j] = dtut * bj;
+            c[j] = cj;
+            bt[j] = bj;
+        }
+    }
+}
+
+/// The sum of a vector's lanes, pairwise.
+#[inline(always)]
+fn lane_sum<T: Real>(p: [T; LANES]) -> T {
+    let mut q = [T::ZERO; LANES / 2];
+    for j in 0..LANES / 2 {
+        q[j] = p[j] + p[j + LANES / 2];
+    }
+    (q[0] + q[2]) + (q[1] + q[3])
+}
+
+crate::simd_entry!(group_tiles = group_tiles_body<T: Real>(g: &Group<'_, T>, dt: &[T], dtu: &[T], tl: &mut Tiles<T>));
 
 /// The skip (`+ D * u`) and gate (`* silu(z)`) on one output row.
 fn finish_row<T: Real>(x: &Operands<'_, T>, d: usize, row: usize, l: usize, y: &mut [T]) {
@@ -166,15 +268,15 @@ fn selective_scan_grad(ctx: &KernelCtx<'_>) -> Result<Kernel> {
 }
 
 /// Per-task rows of the backward: the raw and final dt, dt * u, the gated cotangent, the dt
-/// cotangent, one chain's step factors, and every chain's states (`[N, L]`).
+/// cotangent, the scan's output (for the gate's derivative), and one group's tiles.
 struct GradRows<T> {
     raw: Vec<T>,
     dt: Vec<T>,
     dtu: Vec<T>,
     gp: Vec<T>,
     ddt: Vec<T>,
-    da: Vec<T>,
-    h: Vec<T>,
+    y: Vec<T>,
+    tiles: Tiles<T>,
 }
 
 /// Per-task sums of the gradients that several rows add to: A `[D, N]`, B and C `[B, N, L]`,
@@ -207,7 +309,7 @@ fn backward<T: Real + bytemuck::Pod>(op: SelectiveScan, s: ScanDims, segs: Vec<u
     let z = || vec![T::ZERO; nl];
     let scratch: Vec<Mutex<(GradRows<T>, Shared<T>)>> = (0..tasks)
         .map(|_| {
-            let r = GradRows { raw: z(), dt: z(), dtu: z(), gp: z(), ddt: z(), da: z(), h: vec![T::ZERO; nn * nl] };
+            let r = GradRows { raw: z(), dt: z(), dtu: z(), gp: z(), ddt: z(), y: z(), tiles: Tiles::new(nl) };
             let bnl = nb * nn * nl;
             let sh = Shared {
                 a: vec![T::ZERO; nd * nn],
@@ -227,6 +329,7 @@ fn backward<T: Real + bytemuck::Pod>(op: SelectiveScan, s: ScanDims, segs: Vec<u
     let seg_of = |slot: Option<usize>| slot.map(|i| offs[i]);
     let (off_d, off_z, off_bias) = (seg_of(sd), seg_of(sz), seg_of(sb));
     let bdl = nb * nd * nl;
+    let simd = avx2_fma();
     Box::new(move |bufs: &Bufs<'_>| {
         let x = Operands::<T>::of(&op, bufs);
         let dy = bufs.input::<T>(op.num_inputs());
@@ -245,7 +348,7 @@ fn backward<T: Real + bytemuck::Pod>(op: SelectiveScan, s: ScanDims, segs: Vec<u
                 let du = unsafe { outp.slice(row * nl, nl) };
                 let ddelta = unsafe { outp.slice(bdl + row * nl, nl) };
                 let dz = off_z.map(|o| unsafe { outp.slice(o + row * nl, nl) });
-                grad_row(&op, s, &x, &dy[row * nl..(row + 1) * nl], row, r, sh, du, ddelta, dz);
+                grad_row(simd, &op, s, &x, &dy[row * nl..(row + 1) * nl], row, r, sh, du, ddelta, dz);
             }
         });
         // Sum the tasks' shared gradients into their segments.
@@ -269,6 +372,7 @@ fn backward<T: Real + bytemuck::Pod>(op: SelectiveScan, s: ScanDims, segs: Vec<u
 /// The backward of one row `(b, d)`; see `backward`.
 #[allow(clippy::too_many_arguments)]
 fn grad_row<T: Real>(
+    simd: bool,
     op: &SelectiveScan,
     s: ScanDims,
     x: &Operands<'_, T>,
@@ -282,50 +386,28 @@ fn grad_row<T: Real>(
 ) {
     let ScanDims { b: _, d: nd, n: nn, l: nl } = s;
     let (b, d) = (row / nd, row % nd);
-    let bias = x.bias.map_or(0.0, |v| v[d].to_f64());
-    for t in 0..nl {
-        let v = x.delta[row * nl + t].to_f64() + bias;
-        r.raw[t] = T::from_f64(v);
-        r.dt[t] = T::from_f64(if op.delta_softplus { softplus(v) } else { v });
+    let bias = x.bias.map_or(T::ZERO, |v| v[d]);
+    for ((raw, dt), &delta) in r.raw.iter_mut().zip(r.dt.iter_mut()).zip(&x.delta[row * nl..(row + 1) * nl]) {
+        let v = delta + bias;
+        *raw = v;
+        *dt = if op.delta_softplus { v.softplus() } else { v };
     }
     let u = &x.u[row * nl..(row + 1) * nl];
     for ((o, &dt), &ut) in r.dtu.iter_mut().zip(&r.dt).zip(u) {
         *o = dt * ut;
     }
-    // Forward again: every chain's states, and the scan's output for the gate's derivative.
-    r.gp.iter_mut().for_each(|v| *v = T::ZERO);
-    for k in 0..nn {
-        let ak = x.a[d * nn + k];
-        let bk = &x.b[(b * nn + k) * nl..(b * nn + k + 1) * nl];
-        let ck = &x.c[(b * nn + k) * nl..(b * nn + k + 1) * nl];
-        let hk = &mut r.h[k * nl..(k + 1) * nl];
-        for t in 0..nl {
-            r.da[t] = (r.dt[t] * ak).exp();
-            hk[t] = r.dtu[t] * bk[t];
-        }
-        let mut st = T::ZERO;
-        for (h, &da) in hk.iter_mut().zip(&r.da) {
-            st = da * st + *h;
-            *h = st;
-        }
-        for t in 0..nl {
-            r.gp[t] = r.gp[t] + hk[t] * ck[t];
-        }
-    }
-    // r.gp holds the scan's output; turn it into the gated cotangent.
-    let dv = x.d.map(|v| v[d]);
-    match (x.z, dz) {
-        (Some(z), Some(dz)) => {
-            let z = &z[row * nl..(row + 1) * nl];
-            for t in 0..nl {
-                let ypre = r.gp[t] + dv.map_or(T::ZERO, |dd| dd * u[t]);
-                let sg = T::ONE / (T::ONE + (T::ZERO - z[t]).exp());
-                dz[t] = dy[t] * ypre * sg * (T::ONE + z[t] * (T::ONE - sg));
-                r.gp[t] = dy[t] * z[t] * sg;
+    // The scan output's cotangent, dy * silu(z): it does not depend on the output, so every
+    // group's reverse pass can run right after its forward one.
+    let zrow = x.z.map(|z| &z[row * nl..(row + 1) * nl]);
+    match zrow {
+        Some(z) => {
+            for ((g, &dyt), &zt) in r.gp.iter_mut().zip(dy).zip(z) {
+                *g = dyt * zt / (T::ONE + (T::ZERO - zt).exp());
             }
         }
-        _ => r.gp.copy_from_slice(dy),
+        None => r.gp.copy_from_slice(dy),
     }
+    let dv = x.d.map(|v| v[d]);
     match dv {
         Some(dd) => {
             let mut acc = T::ZERO;
@@ -338,30 +420,37 @@ fn grad_row<T: Real>(
         None => du.iter_mut().for_each(|v| *v = T::ZERO),
     }
     r.ddt.iter_mut().for_each(|v| *v = T::ZERO);
-    for k in 0..nn {
-        let ak = x.a[d * nn + k];
-        let base = (b * nn + k) * nl;
-        let (bk, ck) = (&x.b[base..base + nl], &x.c[base..base + nl]);
-        let (dbk, dck) = (&mut sh.b[base..base + nl], &mut sh.c[base..base + nl]);
-        let hk = &r.h[k * nl..(k + 1) * nl];
-        for t in 0..nl {
-            r.da[t] = (r.dt[t] * ak).exp();
-        }
-        let (mut lam, mut da_acc) = (T::ZERO, T::ZERO);
-        for t in (0..nl).rev() {
-            if t + 1 < nl {
-                lam = lam * r.da[t + 1];
+    r.y.iter_mut().for_each(|v| *v = T::ZERO);
+    for k0 in (0..nn).step_by(LANES) {
+        let w = LANES.min(nn - k0);
+        let base = (b * nn + k0) * nl;
+        let g = Group {
+            a: &x.a[d * nn + k0..d * nn + k0 + w],
+            b: &x.b[base..base + w * nl],
+            c: &x.c[base..base + w * nl],
+            l: nl,
+        };
+        group_tiles(simd, &g, &r.dt, &r.dtu, &mut r.tiles);
+        let rows = GroupRows { dt: &r.dt, dtu: &r.dtu, u, gp: &r.gp };
+        let mut da_acc = [T::ZERO; LANES];
+        group_grad(simd, &g, &rows, &mut r.tiles, &mut r.y, &mut r.ddt, du, &mut da_acc);
+        for j in 0..w {
+            sh.a[d * nn + k0 + j] = sh.a[d * nn + k0 + j] + da_acc[j];
+            let (dbk, dck) =
+                (&mut sh.b[base + j * nl..base + (j + 1) * nl], &mut sh.c[base + j * nl..base + (j + 1) * nl]);
+            for ((o, p), (oc, pc)) in dbk.iter_mut().zip(&r.tiles.db).zip(dck.iter_mut().zip(&r.tiles.dc)) {
+                *o = *o + p[j];
+                *oc = *oc + pc[j];
             }
-            lam = lam + r.gp[t] * ck[t];
-            let hprev = if t > 0 { hk[t - 1] } else { T::ZERO };
-            let dda = lam * hprev * r.da[t];
-            r.ddt[t] = r.ddt[t] + dda * ak + lam * bk[t] * u[t];
-            da_acc = da_acc + dda * r.dt[t];
-            dbk[t] = dbk[t] + lam * r.dtu[t];
-            dck[t] = dck[t] + r.gp[t] * hk[t];
-            du[t] = du[t] + lam * r.dt[t] * bk[t];
         }
-        sh.a[d * nn + k] = sh.a[d * nn + k] + da_acc;
+    }
+    // The gate's derivative, from the scan's output (plus the skip).
+    if let (Some(z), Some(dz)) = (zrow, dz) {
+        for t in 0..nl {
+            let ypre = r.y[t] + dv.map_or(T::ZERO, |dd| dd * u[t]);
+            let sg = T::ONE / (T::ONE + (T::ZERO - z[t]).exp());
+            dz[t] = dy[t] * ypre * sg * (T::ONE + z[t] * (T::ONE - sg));
+        }
     }
     let mut bsum = T::ZERO;
     for ((o, &ddt), &raw) in ddelta.iter_mut().zip(&r.ddt).zip(&r.raw) {
@@ -371,3 +460,65 @@ fn grad_row<T: Real>(
     }
     sh.bias[d] = sh.bias[d] + bsum;
 }
+
+/// A row's per-step values the group backward reads: dt, dt * u, u, the output's cotangent.
+struct GroupRows<'a, T> {
+    dt: &'a [T],
+    dtu: &'a [T],
+    u: &'a [T],
+    gp: &'a [T],
+}
+
+/// One group's forward (its states kept in `tl.hs`, the output added to `y`) and reverse
+/// recurrence `lam_t = gp_t C_t + exp(dt_{t+1} A) lam_{t+1}`, all lanes at once: adds to the
+/// `dt` and `u` cotangents, leaves the `B` and `C` gradients step-major in `tl.db` / `tl.dc`,
+/// and each lane's `A` gradient in `acc`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn group_grad_body<T: Real, const FMA: bool>(
+    g: &Group<'_, T>,
+    rw: &GroupRows<'_, T>,
+    tl: &mut Tiles<T>,
+    y: &mut [T],
+    ddt: &mut [T],
+    du: &mut [T],
+    acc: &mut [T; LANES],
+) {
+    let nl = g.l;
+    let mut h = [T::ZERO; LANES];
+    for (((hs, (da, hb)), c), y) in tl.hs.iter_mut().zip(tl.da.iter().zip(&tl.hb)).zip(&tl.c).zip(y.iter_mut()) {
+        let mut p = [T::ZERO; LANES];
+        for j in 0..LANES {
+            h[j] = T::madd::<FMA>(da[j], h[j], hb[j]);
+            p[j] = h[j] * c[j];
+        }
+        *hs = h;
+        *y = *y + lane_sum(p);
+    }
+    let mut a = [T::ZERO; LANES];
+    a[..g.a.len()].copy_from_slice(g.a);
+    let mut lam = [T::ZERO; LANES];
+    for t in (0..nl).rev() {
+        let (gp, dt) = (rw.gp[t], rw.dt[t]);
+        let next = if t + 1 < nl { tl.da[t + 1] } else { [T::ZERO; LANES] };
+        let hprev = if t > 0 { tl.hs[t - 1] } else { [T::ZERO; LANES] };
+        let (da, c, b, hs) = (tl.da[t], tl.c[t], tl.b[t], tl.hs[t]);
+        let (mut sdt, mut sdu) = ([T::ZERO; LANES], [T::ZERO; LANES]);
+        let (mut db, mut dc) = ([T::ZERO; LANES], [T::ZERO; LANES]);
+        for j in 0..LANES {
+            lam[j] = T::madd::<FMA>(lam[j], next[j], gp * c[j]);
+            let dda = lam[j] * hprev[j] * da[j];
+            sdt[j] = dda * a[j] + lam[j] * b[j] * rw.u[t];
+            acc[j] = T::madd::<FMA>(dda, dt, acc[j]);
+            db[j] = lam[j] * rw.dtu[t];
+            dc[j] = gp * hs[j];
+            sdu[j] = lam[j] * b[j];
+        }
+        tl.db[t] = db;
+        tl.dc[t] = dc;
+        ddt[t] = ddt[t] + lane_sum(sdt);
+        du[t] = du[t] + lane_sum(sdu) * dt;
+    }
+}
+
+crate::simd_entry!(group_grad = group_grad_body<T: Real>(g: &Group<'_, T>, rw: &GroupRows<'_, T>, tl: &mut Tiles<T>, y: &mut [T], ddt: &mut [T], du: &mut [T], acc: &mut [T; LANES]));
