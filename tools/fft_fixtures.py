@@ -64,6 +64,18 @@ CASES = [
     ("istft", (2, 7, 9), (16, 4), "backward"),
     ("istft", (5, 5), (8, 3), "ortho"),
 ]
+# The same ops over another axis (numpy's `axis` / `axes`, of the complex array): a fifth field.
+CASES = [c + (None,) for c in CASES] + [
+    ("fft", (5, 3, 4), None, "backward", 0),
+    ("fft", (3, 6, 2), 8, "ortho", -2),
+    ("ifft", (4, 5, 3), 6, "forward", 1),
+    ("rfft", (6, 3, 2), None, "backward", 0),
+    ("rfft", (2, 9, 3), 7, "ortho", 1),
+    ("irfft", (5, 4), None, "backward", 0),
+    ("irfft", (3, 5, 2), 9, "forward", 1),
+    ("fft2", (4, 3, 5), None, "backward", (0, 2)),
+    ("ifft2", (3, 4, 5), (5, 2), "ortho", (2, 0)),
+]
 
 
 def hann(n):
@@ -90,7 +102,11 @@ def np_istft(s, n_fft, hop, norm):
     return np.where(cov, out / np.where(cov, env, 1.0), 0.0)
 
 
-def np_apply(op, x, n, norm):
+def np_apply(op, x, n, norm, axis=None):
+    if axis is not None:
+        if op in ("fft2", "ifft2"):
+            return getattr(np.fft, op)(x, s=n, axes=axis, norm=norm)
+        return getattr(np.fft, op)(x, n=n, axis=axis, norm=norm)
     if op == "stft":
         return np_stft(x, n[0], n[1], norm)
     if op == "istft":
@@ -107,18 +123,21 @@ def inputs(op, shape):
     return rand_complex(*shape)
 
 
-def label(op, shape, n, norm):
-    return f"{op}{list(shape)}/n={n}/{norm}"
+def label(op, shape, n, norm, axis=None):
+    return f"{op}{list(shape)}/n={n}/{norm}" + ("" if axis is None else f"/axis={axis}")
 
 
 def numpy_fixture():
     cases = []
-    for op, shape, n, norm in CASES:
+    for op, shape, n, norm, axis in CASES:
         x = inputs(op, shape)
-        y = np_apply(op, x, n, norm)
+        y = np_apply(op, x, n, norm, axis)
         xs = x if op in ("rfft", "stft") else pairs(x)
         ys = y if op in ("irfft", "istft") else pairs(y)
-        cases.append({"label": label(op, shape, n, norm), "op": op, "n": n, "norm": norm, "x": enc(xs), "y": enc(ys)})
+        case = {"label": label(op, shape, n, norm, axis), "op": op, "n": n, "norm": norm, "x": enc(xs), "y": enc(ys)}
+        if axis is not None:
+            case["axis"] = axis
+        cases.append(case)
     return {"numpy": np.__version__, "cases": cases}
 
 
@@ -128,13 +147,13 @@ def jax_fixture():
 
     jax.config.update("jax_enable_x64", True)
     cases = []
-    for op, shape, n, norm in CASES:
+    for op, shape, n, norm, axis in CASES:
         if max(shape) > 64:
             continue
         x = inputs(op, shape)
         xs = x if op in ("rfft", "stft") else pairs(x)
 
-        def f(xr, op=op, n=n, norm=norm):
+        def f(xr, op=op, n=n, norm=norm, axis=axis):
             z = xr if op in ("rfft", "stft") else xr[..., 0] + 1j * xr[..., 1]
             if op == "stft":
                 frames = 1 + (z.shape[-1] - n[0]) // n[1]
@@ -152,17 +171,18 @@ def jax_fixture():
                 cov = env > 1e-11
                 y = jnp.where(cov, out / np.where(cov, env, 1.0), 0.0)
             elif op in ("fft2", "ifft2"):
-                y = getattr(jnp.fft, op)(z, s=n, norm=norm)
+                y = getattr(jnp.fft, op)(z, s=n, norm=norm, axes=(-2, -1) if axis is None else axis)
             else:
-                y = getattr(jnp.fft, op)(z, n=n, norm=norm)
+                y = getattr(jnp.fft, op)(z, n=n, norm=norm, axis=-1 if axis is None else axis)
             return y if op in ("irfft", "istft") else jnp.stack([y.real, y.imag], axis=-1)
 
         y = f(jnp.asarray(xs))
         w = rng.uniform(-1, 1, size=y.shape)
         g = jax.grad(lambda xr: jnp.sum(w * f(xr)))(jnp.asarray(xs))
-        cases.append(
-            {"label": label(op, shape, n, norm), "op": op, "n": n, "norm": norm, "x": enc(xs), "w": enc(w), "grad": enc(g)}
-        )
+        case = {"label": label(op, shape, n, norm, axis), "op": op, "n": n, "norm": norm, "x": enc(xs), "w": enc(w), "grad": enc(g)}
+        if axis is not None:
+            case["axis"] = axis
+        cases.append(case)
     return {"jax": jax.__version__, "cases": cases}
 
 

@@ -1,5 +1,5 @@
 //! FFT gradients against JAX (`tools/fft_fixtures.py`, float64): `grad(sum(w * f(x)))` for
-//! fft / ifft / rfft / irfft / fft2 / ifft2 with numpy's `n` and `norm`, complex values as a
+//! fft / ifft / rfft / irfft / fft2 / ifft2 with numpy's `n`, `norm` and `axis` / `axes`, complex values as a
 //! trailing pair axis. The rules are JAX's transposes (the 1-2-1 mask for rfft / irfft); RLX
 //! must agree within 1e-9 in f64 on the reference interpreter and on the CPU, 1e-4 in f32.
 
@@ -29,19 +29,32 @@ fn grad_graph(c: &Value, dt: DType) -> Graph {
     let (n1, s) = (n.as_ref().map(|v| v[0]), n.as_ref().and_then(|v| (v.len() == 2).then(|| [v[0], v[1]])));
     let mut g = Graph::new(c["label"].as_str().unwrap());
     let x = g.input("x", Shape::new(&xs, dt));
-    let y = match c["op"].as_str().unwrap() {
-        "fft" => g.fft(x, n1, norm),
-        "ifft" => g.ifft(x, n1, norm),
-        "rfft" => g.rfft(x, n1, norm),
-        "irfft" => g.irfft(x, n1, norm),
-        "fft2" => g.fft2(x, s, norm),
-        "ifft2" => g.ifft2(x, s, norm),
-        "stft" | "istft" => {
-            let v = n.as_ref().unwrap();
-            let w = g.hann_window(v[0], dt);
-            if c["op"] == "stft" { g.stft(x, v[0], v[1], w, norm) } else { g.istft(x, v[0], v[1], w, norm) }
-        }
-        op => panic!("unknown op {op}"),
+    let axis: Option<Vec<i64>> = match &c["axis"] {
+        Value::Null => None,
+        Value::Array(a) => Some(a.iter().map(|x| x.as_i64().unwrap()).collect()),
+        v => Some(vec![v.as_i64().unwrap()]),
+    };
+    let y = match (c["op"].as_str().unwrap(), axis) {
+        ("fft", Some(a)) => g.fft_axis(x, n1, a[0], norm),
+        ("ifft", Some(a)) => g.ifft_axis(x, n1, a[0], norm),
+        ("rfft", Some(a)) => g.rfft_axis(x, n1, a[0], norm),
+        ("irfft", Some(a)) => g.irfft_axis(x, n1, a[0], norm),
+        ("fft2", Some(a)) => g.fft2_axes(x, s, [a[0], a[1]], norm),
+        ("ifft2", Some(a)) => g.ifft2_axes(x, s, [a[0], a[1]], norm),
+        (op, _) => match op {
+            "fft" => g.fft(x, n1, norm),
+            "ifft" => g.ifft(x, n1, norm),
+            "rfft" => g.rfft(x, n1, norm),
+            "irfft" => g.irfft(x, n1, norm),
+            "fft2" => g.fft2(x, s, norm),
+            "ifft2" => g.ifft2(x, s, norm),
+            "stft" | "istft" => {
+                let v = n.as_ref().unwrap();
+                let w = g.hann_window(v[0], dt);
+                if c["op"] == "stft" { g.stft(x, v[0], v[1], w, norm) } else { g.istft(x, v[0], v[1], w, norm) }
+            }
+            op => panic!("unknown op {op}"),
+        },
     };
     let w = g.constant(HostTensor::from_f64(&ws, dt, &wv).unwrap());
     let p = g.mul(y, w);

@@ -13,6 +13,8 @@ struct Case {
     label: String,
     op: String,
     n: Option<Vec<usize>>,
+    /// numpy's `axis` (one) or `axes` (fft2 / ifft2), when not the default.
+    axis: Option<Vec<i64>>,
     norm: FftNorm,
     x: (Vec<usize>, Vec<f64>),
     y: (Vec<usize>, Vec<f64>),
@@ -39,6 +41,11 @@ fn cases() -> Vec<Case> {
                 Value::Array(a) => Some(a.iter().map(|x| x.as_u64().unwrap() as usize).collect()),
                 v => Some(vec![v.as_u64().unwrap() as usize]),
             },
+            axis: match &c["axis"] {
+                Value::Null => None,
+                Value::Array(a) => Some(a.iter().map(|x| x.as_i64().unwrap()).collect()),
+                v => Some(vec![v.as_i64().unwrap()]),
+            },
             norm: FftNorm::from_name(c["norm"].as_str().unwrap()).unwrap(),
             x: tensor(&c["x"]),
             y: tensor(&c["y"]),
@@ -52,19 +59,27 @@ fn graph(c: &Case, dt: DType) -> Graph {
     let x = g.input("x", Shape::new(&c.x.0, dt));
     let n = c.n.as_ref().map(|v| v[0]);
     let s = c.n.as_ref().and_then(|v| (v.len() == 2).then(|| [v[0], v[1]]));
-    let y = match c.op.as_str() {
-        "fft" => g.fft(x, n, c.norm),
-        "ifft" => g.ifft(x, n, c.norm),
-        "rfft" => g.rfft(x, n, c.norm),
-        "irfft" => g.irfft(x, n, c.norm),
-        "fft2" => g.fft2(x, s, c.norm),
-        "ifft2" => g.ifft2(x, s, c.norm),
-        "stft" | "istft" => {
-            let v = c.n.as_ref().unwrap();
-            let w = g.hann_window(v[0], dt);
-            if c.op == "stft" { g.stft(x, v[0], v[1], w, c.norm) } else { g.istft(x, v[0], v[1], w, c.norm) }
-        }
-        op => panic!("unknown op {op}"),
+    let y = match (c.op.as_str(), c.axis.as_deref()) {
+        ("fft", Some(a)) => g.fft_axis(x, n, a[0], c.norm),
+        ("ifft", Some(a)) => g.ifft_axis(x, n, a[0], c.norm),
+        ("rfft", Some(a)) => g.rfft_axis(x, n, a[0], c.norm),
+        ("irfft", Some(a)) => g.irfft_axis(x, n, a[0], c.norm),
+        ("fft2", Some(a)) => g.fft2_axes(x, s, [a[0], a[1]], c.norm),
+        ("ifft2", Some(a)) => g.ifft2_axes(x, s, [a[0], a[1]], c.norm),
+        (op, _) => match op {
+            "fft" => g.fft(x, n, c.norm),
+            "ifft" => g.ifft(x, n, c.norm),
+            "rfft" => g.rfft(x, n, c.norm),
+            "irfft" => g.irfft(x, n, c.norm),
+            "fft2" => g.fft2(x, s, c.norm),
+            "ifft2" => g.ifft2(x, s, c.norm),
+            "stft" | "istft" => {
+                let v = c.n.as_ref().unwrap();
+                let w = g.hann_window(v[0], dt);
+                if c.op == "stft" { g.stft(x, v[0], v[1], w, c.norm) } else { g.istft(x, v[0], v[1], w, c.norm) }
+            }
+            op => panic!("unknown op {op}"),
+        },
     };
     g.set_outputs(vec![y]);
     g.verify().unwrap_or_else(|e| panic!("{}: {e}", c.label));
@@ -189,4 +204,17 @@ fn bad_lengths_are_inference_errors() {
     let x = g.input("x", Shape::new(&[1, 2], DType::F32));
     g.irfft(x, None, FftNorm::Backward);
     assert!(g.check().unwrap_err().to_string().contains("n must be at least 1"));
+}
+
+#[test]
+fn an_axis_out_of_range_is_an_inference_error() {
+    let mut g = Graph::new("bad");
+    let x = g.input("x", Shape::new(&[4, 3, 2], DType::F32));
+    g.fft_axis(x, None, 2, FftNorm::Backward);
+    let e = g.check().unwrap_err().to_string();
+    assert!(e.contains("op `fft`") && e.contains("axis 2 is out of range for 2 axes"), "{e}");
+    let mut g = Graph::new("bad");
+    let x = g.input("x", Shape::new(&[4, 3], DType::F32));
+    g.rfft_axis(x, None, -3, FftNorm::Backward);
+    assert!(g.check().unwrap_err().to_string().contains("axis -3 is out of range for 2 axes"));
 }

@@ -479,6 +479,91 @@ impl Graph {
         self.fft2_with(FftKind::Ifft, x, s, norm)
     }
 
+    /// numpy.fft.fft with numpy's `axis`: over complex axis `axis` of `[.., 2]` pairs (negative
+    /// from the end, the pair axis not counted).
+    pub fn fft_axis(&mut self, x: NodeId, n: Option<usize>, axis: i64, norm: FftNorm) -> NodeId {
+        self.along_axis("fft", x, axis, (true, true), |g, x| g.fft(x, n, norm))
+    }
+
+    /// numpy.fft.ifft with numpy's `axis` (see `fft_axis`).
+    pub fn ifft_axis(&mut self, x: NodeId, n: Option<usize>, axis: i64, norm: FftNorm) -> NodeId {
+        self.along_axis("ifft", x, axis, (true, true), |g, x| g.ifft(x, n, norm))
+    }
+
+    /// numpy.fft.rfft with numpy's `axis`: over axis `axis` of reals; the half spectrum takes
+    /// that axis's place, with the pair axis last.
+    pub fn rfft_axis(&mut self, x: NodeId, n: Option<usize>, axis: i64, norm: FftNorm) -> NodeId {
+        self.along_axis("rfft", x, axis, (false, true), |g, x| g.rfft(x, n, norm))
+    }
+
+    /// numpy.fft.irfft with numpy's `axis`: over complex axis `axis` of a half spectrum (see
+    /// `fft_axis`); the reals take that axis's place.
+    pub fn irfft_axis(&mut self, x: NodeId, n: Option<usize>, axis: i64, norm: FftNorm) -> NodeId {
+        self.along_axis("irfft", x, axis, (true, false), |g, x| g.irfft(x, n, norm))
+    }
+
+    /// numpy.fft.fft2 with numpy's `axes` (complex axes, as `fft_axis`): `s[i]` for `axes[i]`.
+    pub fn fft2_axes(&mut self, x: NodeId, s: Option<[usize; 2]>, axes: [i64; 2], norm: FftNorm) -> NodeId {
+        let y = self.fft_axis(x, s.map(|s| s[1]), axes[1], norm);
+        self.fft_axis(y, s.map(|s| s[0]), axes[0], norm)
+    }
+
+    /// numpy.fft.ifft2 with numpy's `axes` (see `fft2_axes`).
+    pub fn ifft2_axes(&mut self, x: NodeId, s: Option<[usize; 2]>, axes: [i64; 2], norm: FftNorm) -> NodeId {
+        let y = self.ifft_axis(x, s.map(|s| s[1]), axes[1], norm);
+        self.ifft_axis(y, s.map(|s| s[0]), axes[0], norm)
+    }
+
+    /// Runs the last-axis transform `f` over `axis` instead: that axis is moved next to the pair
+    /// axis (`complex.0`: the input has one; `complex.1`: the output has one) and the result's
+    /// moved back. An axis out of range is recorded as an inference error of `op`.
+    fn along_axis(
+        &mut self,
+        op: &str,
+        x: NodeId,
+        axis: i64,
+        complex: (bool, bool),
+        f: impl FnOnce(&mut Self, NodeId) -> NodeId,
+    ) -> NodeId {
+        let Some(shape) = self.shape(x).cloned() else { return f(self, x) };
+        let rank = shape.rank().saturating_sub(complex.0 as usize);
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
+        if rank == 0 || a < 0 || a >= rank as i64 {
+            self.record(Error::Infer {
+                op: op.into(),
+                node: self.nodes().len() as u32,
+                inputs: vec![shape],
+                reason: format!("axis {axis} is out of range for {rank} axes (the pair axis not counted)"),
+            });
+            return x;
+        }
+        let a = a as usize;
+        if a + 1 == rank {
+            return f(self, x);
+        }
+        // The axes but `a`, then `a`, then the pair axis where there is one.
+        let pair = |c: bool| if c { vec![rank] } else { vec![] };
+        let mut perm: Vec<usize> = (0..rank).filter(|&i| i != a).collect();
+        perm.push(a);
+        perm.extend(pair(complex.0));
+        let t = self.transpose(x, &perm);
+        let y = f(self, t);
+        // Back: logical axis i comes from position i (i < a), rank - 1 (i == a) or i - 1.
+        let mut back: Vec<usize> = (0..rank)
+            .map(|i| {
+                if i < a {
+                    i
+                } else if i == a {
+                    rank - 1
+                } else {
+                    i - 1
+                }
+            })
+            .collect();
+        back.extend(pair(complex.1));
+        self.transpose(y, &back)
+    }
+
     fn fft2_with(&mut self, kind: FftKind, x: NodeId, s: Option<[usize; 2]>, norm: FftNorm) -> NodeId {
         let r = self.shape(x).map_or(0, Shape::rank);
         if r < 3 {
