@@ -153,6 +153,9 @@ CASES += [
     ("svd_s", [rng.standard_normal((2, 3, 4))]),
     ("svd_vt", [rng.standard_normal((2, 3, 4))]),
     ("svd_vt", [rng.standard_normal((3, 3))]),
+    # Wide: numpy's minimum-norm solution.
+    ("lstsq", [rng.standard_normal((3, 5)), rng.standard_normal(3)]),
+    ("lstsq", [rng.standard_normal((2, 4)), rng.standard_normal((2, 3))]),
 ]
 
 

@@ -1,5 +1,6 @@
 //! `lstsq`: least squares by QR, composed from the `qr` and `solve` ops (so its kernels and
-//! derivatives are theirs): `x = r^-1 q^T b`.
+//! derivatives are theirs): `x = r^-1 q^T b` for a tall `a`, the minimum-norm `x = q r^-T b`
+//! from `a^T = q r` for a wide one.
 
 use crate::qr::qr;
 use crate::solve::solve;
@@ -16,22 +17,14 @@ pub enum LstsqError {
         /// `b`'s shape, as text.
         b: String,
     },
-    /// `a` is wide: the least squares solution is not unique and QR does not give numpy's
-    /// minimum-norm one.
-    #[error("linalg_lstsq: a must have m >= n (QR gives the unique solution only then), got [{m}, {n}]")]
-    Wide {
-        /// Rows of `a`.
-        m: usize,
-        /// Columns of `a`.
-        n: usize,
-    },
 }
 
-/// The least squares solution of `a x = b` (numpy's `lstsq(a, b)[0]`): `a` is `[m, n]` with
-/// `m >= n` and full column rank, `b` is `[m]` or `[m, k]`. Computed by QR, `x = r^-1 q^T b`
-/// (not the normal equations, which square the condition number); the derivative is that of
-/// `qr` and `solve`, which for a full-rank `a` equals JAX's (pinv-based) one. An exactly
-/// rank-deficient `a` makes `solve` report a singular `r` at run time.
+/// The least squares solution of `a x = b` (numpy's `lstsq(a, b)[0]`): `a` is `[m, n]` of full
+/// rank, `b` is `[m]` or `[m, k]`. For `m >= n` by QR, `x = r^-1 q^T b` (not the normal
+/// equations, which square the condition number); for `m < n` numpy's minimum-norm solution,
+/// `x = q r^-T b` with `a^T = q r`. The derivative is that of `qr` and `solve`, which for a
+/// full-rank `a` equals JAX's (pinv-based) one. An exactly rank-deficient `a` makes `solve`
+/// report a singular `r` at run time (numpy and JAX cut small singular values instead).
 pub fn lstsq(g: &mut Graph, a: NodeId, b: NodeId) -> Result<NodeId, LstsqError> {
     let shape_err = |g: &Graph| LstsqError::Shape {
         a: g.shape(a).map_or_else(|| "?".into(), |s| s.to_string()),
@@ -44,7 +37,18 @@ pub fn lstsq(g: &mut Graph, a: NodeId, b: NodeId) -> Result<NodeId, LstsqError> 
     }
     let (m, n) = (ad[0], ad[1]);
     if m < n {
-        return Err(LstsqError::Wide { m, n });
+        let at = g.transpose(a, &[1, 0]);
+        let (q, r) = qr(g, at);
+        let rt = g.transpose(r, &[1, 0]);
+        let y = solve(g, rt, b);
+        return Ok(if bd.len() == 1 {
+            // q y for a vector y: sum_j q[:, j] y[j].
+            let yr = g.expand_dims(y, 0);
+            let p = g.mul(q, yr);
+            g.sum(p, &[1], false)
+        } else {
+            g.matmul(q, y)
+        });
     }
     let (q, r) = qr(g, a);
     let qtb = if bd.len() == 1 {

@@ -76,7 +76,7 @@ fn values_match_numpy_and_gradients_match_jax() {
     rlx_linalg::register().unwrap();
     let fx: Value = serde_json::from_str(include_str!("fixtures/linalg.json")).unwrap();
     let cases = fx["cases"].as_array().unwrap();
-    assert!(cases.len() >= 33);
+    assert!(cases.len() >= 35);
     for (i, c) in cases.iter().enumerate() {
         let op = c["op"].as_str().unwrap();
         let what = format!("case {i} ({op})");
@@ -209,12 +209,9 @@ fn numpy_2_vector_rule_and_text_round_trip() {
 }
 
 #[test]
-fn lstsq_rejects_wide_and_batched_inputs() {
+fn lstsq_rejects_batched_inputs() {
     let mut g = Graph::new("lstsq");
-    let a = g.input("a", Shape::new(&[3, 5], DType::F64));
     let b = g.input("b", Shape::new(&[3], DType::F64));
-    let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err();
-    assert_eq!(e, rlx_linalg::LstsqError::Wide { m: 3, n: 5 });
     let a = g.input("a2", Shape::new(&[2, 5, 3], DType::F64));
     let e = rlx_linalg::lstsq(&mut g, a, b).unwrap_err().to_string();
     assert!(e.contains("linalg_lstsq") && e.contains("[m, n]"), "{e}");
