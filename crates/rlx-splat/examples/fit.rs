@@ -5,7 +5,7 @@
 //! (defaults: `splat_fit`, 300).
 
 use rlx_cpu::CpuBackend;
-use rlx_ir::{DType, Graph, HostTensor, Shape};
+use rlx_ir::{DType, Graph, Shape};
 use rlx_splat::{Camera, Scene, SplatRender};
 use std::error::Error;
 use std::path::Path;
@@ -52,8 +52,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // loss = mean((render(scene) - target)^2), and its gradient wrt the five scene inputs.
     let mut g = Graph::new("fit");
     let dims = |k: usize| if k == 0 { vec![n] } else { vec![n, k] };
-    let ins: Vec<_> =
-        NAMES.iter().zip(COLS).map(|(name, k)| g.input(*name, Shape::new(&dims(k), DType::F32))).collect();
+    let ins: Vec<_> = NAMES.iter().zip(COLS).map(|(name, k)| g.input(name, Shape::new(&dims(k), DType::F32))).collect();
     let tgt = g.input("target", Shape::new(&[h, w, 3], DType::F32));
     let img = rlx_splat::splat_render(&mut g, op.clone(), &ins);
     let d = g.sub(img, tgt);

@@ -39,8 +39,7 @@ fn dims(n: usize, k: usize) -> Vec<usize> {
 fn render_graph(op: &SplatRender, v: &[Vec<f64>], dt: DType) -> (Graph, Vec<NodeId>, Vec<(String, HostTensor)>) {
     let n = v[3].len();
     let mut g = Graph::new("splat");
-    let ins: Vec<NodeId> =
-        NAMES.iter().zip(COLS).map(|(name, k)| g.input(*name, Shape::new(&dims(n, k), dt))).collect();
+    let ins: Vec<NodeId> = NAMES.iter().zip(COLS).map(|(name, k)| g.input(name, Shape::new(&dims(n, k), dt))).collect();
     let img = rlx_splat::splat_render(&mut g, op.clone(), &ins);
     g.set_outputs(vec![img]);
     let feeds = NAMES
@@ -158,11 +157,8 @@ fn bad_shapes_and_attributes_are_typed_errors() {
     let n = v[3].len();
     // quaternions with 3 columns: the graph records an error naming the op and the input.
     let mut g = Graph::new("bad");
-    let ins: Vec<NodeId> = NAMES
-        .iter()
-        .zip([3, 3, 3, 0, 3])
-        .map(|(name, k)| g.input(*name, Shape::new(&dims(n, k), DType::F32)))
-        .collect();
+    let ins: Vec<NodeId> =
+        NAMES.iter().zip([3, 3, 3, 0, 3]).map(|(name, k)| g.input(name, Shape::new(&dims(n, k), DType::F32))).collect();
     rlx_splat::splat_render(&mut g, op.clone(), &ins);
     let e = g.check().unwrap_err().to_string();
     assert!(e.contains("splat_render") && e.contains("quats must be f32[20,4]"), "{e}");
@@ -172,7 +168,7 @@ fn bad_shapes_and_attributes_are_typed_errors() {
         .iter()
         .zip(COLS)
         .enumerate()
-        .map(|(i, (name, k))| g.input(*name, Shape::new(&dims(n, k), if i == 4 { DType::F64 } else { DType::F32 })))
+        .map(|(i, (name, k))| g.input(name, Shape::new(&dims(n, k), if i == 4 { DType::F64 } else { DType::F32 })))
         .collect();
     rlx_splat::splat_render(&mut g, op.clone(), &ins);
     assert!(g.check().unwrap_err().to_string().contains("colors must be f32"));
@@ -207,4 +203,17 @@ fn bad_shapes_and_attributes_are_typed_errors() {
     assert!(matches!(&e, rlx_splat::SplatError::Shape { input, .. } if input == "colors"), "{e}");
     let e = rlx_splat::backward(&op, &scene(&v), &[0.0; 5], true).unwrap_err();
     assert!(e.to_string().contains("splat_render_grad: cotangent"), "{e}");
+}
+
+#[test]
+fn vmap_matches_a_loop() {
+    register().unwrap();
+    // No batching rule: vmap unrolls the op over the batch, which must agree with a loop.
+    let samples: Vec<_> = Op::all_samples().into_iter().filter(|s| s.label.starts_with("splat_render")).collect();
+    assert_eq!(samples.len(), 3);
+    for s in &samples {
+        for p in rlx_autodiff::check::vmap_patterns(s.inputs.len()) {
+            rlx_autodiff::check::vmap_against_loop(s, &p, Some(&run)).unwrap_or_else(|e| panic!("{}: {e}", s.label));
+        }
+    }
 }
