@@ -59,7 +59,10 @@ pub struct Scan {
     /// through it: memory `T/k` carries plus `k` steps' residuals instead of `T` steps' carries
     /// and residuals, for one more forward pass (equinox's `scan(checkpoints=...)`, the
     /// `jax.checkpoint`-per-segment scheme; `k` near `sqrt(T)` minimizes the sum). None: save
-    /// every step. It changes derivatives' memory, never values.
+    /// every step, the default: it is faster wherever the saved steps fit (measured, CPU,
+    /// forward + backward, test profile: the 1000-step RNN of `rlx-bench scan` 16.0 ms plain vs
+    /// 23.8 ms checkpointed; 10,000 steps of hidden 32, 36.5 vs 43.7 ms). It changes
+    /// derivatives' memory and time, never values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<usize>,
 }
