@@ -201,6 +201,39 @@ pub fn plan_body(g: &Graph) -> Result<MemoryPlan> {
     plan_inner(g, &fused_in_place, &[], true)
 }
 
+/// The graphs a node holds: a loop's body (and condition), a branch's two bodies.
+fn held_graphs(op: &Op) -> Vec<&Graph> {
+    match op {
+        Op::Scan(s) => vec![&*s.body],
+        Op::WhileLoop(w) => vec![&*w.cond, &*w.body],
+        Op::Cond(c) => vec![&*c.then_body, &*c.else_body],
+        _ => vec![],
+    }
+}
+
+/// Bytes the arenas of `g`'s loop and branch bodies take when `backend` runs them natively
+/// (each compiled once, pruned and legalized as the backend does, planned by `plan_body`, and
+/// nested bodies counted too); ops the backend unrolls hold no body after legalization, so a
+/// legalized `g` counts only what the backend really allocates. The results of one loop share
+/// one body. What a whole compile needs at its peak is this plus the graph's own arena, since
+/// every body's arena lives as long as the executable.
+pub fn body_arena_bytes(g: &Graph, backend: &dyn crate::Backend) -> Result<usize> {
+    let mut seen: Vec<&Graph> = vec![];
+    let mut total = 0;
+    for n in g.nodes() {
+        for body in held_graphs(&n.op) {
+            if seen.contains(&body) {
+                continue;
+            }
+            seen.push(body);
+            let pruned = rlx_ir::ops::control::prune(body);
+            let (legal, _) = crate::legalize(&pruned, backend)?;
+            total += plan_body(&legal)?.arena_bytes + body_arena_bytes(&legal, backend)?;
+        }
+    }
+    Ok(total)
+}
+
 fn plan_inner(
     g: &Graph,
     in_place: &dyn Fn(&Node) -> bool,

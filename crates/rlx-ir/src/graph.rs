@@ -205,6 +205,16 @@ impl Graph {
         self.errors.push(e);
     }
 
+    /// Rewrites each node's op in place, given its operands' types; the rewrite must keep the
+    /// node's type (an attribute that does not change values, such as a scan's checkpoint).
+    pub(crate) fn map_ops(&mut self, mut f: impl FnMut(&mut Op, &[&Shape])) {
+        for i in 0..self.nodes.len() {
+            let tys: Vec<Shape> = self.nodes[i].inputs.iter().map(|x| self.nodes[x.index()].ty.clone()).collect();
+            let refs: Vec<&Shape> = tys.iter().collect();
+            f(&mut self.nodes[i].op, &refs);
+        }
+    }
+
     /// Adds a node, inferring its type. On error the node gets a placeholder type and the error is
     /// recorded; `check`/`verify`/compile report it.
     pub fn add_node(&mut self, op: impl Into<Op>, inputs: &[NodeId]) -> NodeId {

@@ -44,6 +44,17 @@ pub struct CompileReport {
     /// The memory plan of the final graph (`rlx_driver::memory::plan_updates`): the one the
     /// backend receives.
     pub memory: MemoryPlan,
+    /// Bytes of the arenas of the loop and branch bodies the backend runs natively
+    /// (`rlx_driver::memory::body_arena_bytes`): a scan's per-step values live there.
+    pub body_bytes: usize,
+}
+
+impl CompileReport {
+    /// The compile's peak arena bytes: the graph's arena (stacked loop outputs included) plus
+    /// every loop body's.
+    pub fn peak_arena_bytes(&self) -> usize {
+        self.memory.arena_bytes + self.body_bytes
+    }
 }
 
 impl fmt::Display for CompileReport {
@@ -53,7 +64,14 @@ impl fmt::Display for CompileReport {
             writeln!(f, "  {:<12} {:>5} -> {:>5} nodes  {}", s.name, s.nodes_before, s.nodes_after, s.detail)?;
         }
         write!(f, "{}", self.fusion)?;
-        writeln!(f, "{}", self.memory)
+        writeln!(f, "{}", self.memory)?;
+        writeln!(
+            f,
+            "peak arena bytes: {} (graph {} + loop bodies {})",
+            self.peak_arena_bytes(),
+            self.memory.arena_bytes,
+            self.body_bytes
+        )
     }
 }
 
@@ -299,10 +317,11 @@ pub fn optimize(g: Graph, backend: &dyn Backend, opts: &CompileOptions, updates:
         })
         .collect::<Result<Vec<_>>>()?;
     let memory = plan_updates(&cur, &updates)?;
+    let body_bytes = rlx_driver::memory::body_arena_bytes(&cur, backend)?;
     dump.dump("final", &cur)?;
     dump.write(cur.name(), "fusion.txt", &fusion.to_string())?;
     if opts.reports.fusion {
         eprintln!("{}: {fusion}", cur.name());
     }
-    Ok(Optimized { graph: cur, updates, report: CompileReport { stages, dispatch, fusion, memory } })
+    Ok(Optimized { graph: cur, updates, report: CompileReport { stages, dispatch, fusion, memory, body_bytes } })
 }

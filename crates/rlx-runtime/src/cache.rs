@@ -202,6 +202,7 @@ fn disk_load(dir: &Path, key: &Key, backend: &dyn Backend) -> Option<Optimized> 
         return None;
     }
     let memory = rlx_driver::memory::plan_updates(&graph, &updates).ok()?;
-    let report = CompileReport { stages: vec![], dispatch, fusion: FusionReport::default(), memory };
+    let body_bytes = rlx_driver::memory::body_arena_bytes(&graph, backend).ok()?;
+    let report = CompileReport { stages: vec![], dispatch, fusion: FusionReport::default(), memory, body_bytes };
     Some(Optimized { graph, updates, report })
 }

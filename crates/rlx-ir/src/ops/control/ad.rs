@@ -103,12 +103,12 @@ pub fn reorder_inputs(g: &Graph, order: &[usize]) -> Graph {
     out
 }
 
-fn transform_err(transform: &'static str, out: NodeId, reason: String) -> Error {
+pub(super) fn transform_err(transform: &'static str, out: NodeId, reason: String) -> Error {
     Error::Transform { transform, op: "scan".into(), node: out.0, reason }
 }
 
 /// Result `output` / `index` of the loop `s` on `ins`.
-fn add(g: &mut Graph, s: &Scan, output: ScanOutput, index: usize, ins: &[NodeId]) -> Result<NodeId> {
+pub(super) fn add(g: &mut Graph, s: &Scan, output: ScanOutput, index: usize, ins: &[NodeId]) -> Result<NodeId> {
     g.try_add(s.with_output(output, index), ins)
 }
 
@@ -116,8 +116,14 @@ fn float(g: &Graph, id: NodeId) -> bool {
     g.dtype(id).is_float()
 }
 
-fn float_at(s: &Shape) -> bool {
+pub(super) fn float_at(s: &Shape) -> bool {
     s.dtype.is_float()
+}
+
+/// The float stacked outputs (types `ys`) that `cts` gives a cotangent.
+pub(super) fn given_ys(ys: &[Shape], cts: &[(ScanOutput, usize, NodeId)]) -> Vec<usize> {
+    let given = |j: usize| cts.iter().any(|&(o, i, _)| o == ScanOutput::Ys && i == j);
+    (0..ys.len()).filter(|&j| float_at(&ys[j]) && given(j)).collect()
 }
 
 /// Positions of `v` in `list`.
@@ -126,7 +132,7 @@ fn pos(list: &[usize], v: usize) -> Option<usize> {
 }
 
 impl Scan {
-    fn body_shapes(&self) -> (Vec<Shape>, Vec<Shape>) {
+    pub(super) fn body_shapes(&self) -> (Vec<Shape>, Vec<Shape>) {
         let b = &self.body;
         let ins = b
             .inputs()
@@ -183,6 +189,7 @@ impl Scan {
             num_xs: nx + xt.len(),
             reverse: self.reverse,
             length: Some(len),
+            checkpoint: self.checkpoint,
         };
         let mut args: Vec<NodeId> = ins[..nc].to_vec();
         for &i in &cf {
@@ -205,7 +212,7 @@ impl Scan {
     }
 
     /// The VJP for the results `cts` (which result, its cotangent) of this loop.
-    fn vjp_rule(
+    pub(super) fn vjp_rule(
         &self,
         g: &mut Graph,
         ins: &[NodeId],
@@ -222,7 +229,9 @@ impl Scan {
         let cf: Vec<usize> = (0..nc).filter(|&i| float_at(&bins[i])).collect();
         let xf: Vec<usize> = (0..nx).filter(|&j| float_at(&bins[nc + j])).collect();
         let kf: Vec<usize> = (0..np).filter(|&k| float_at(&bins[nc + nx + k])).collect();
-        let yf: Vec<usize> = (0..ny).filter(|&j| float_at(&bouts[nc + j])).collect();
+        // Only the stacked outputs given a cotangent enter the reverse loop (as sequences); the
+        // body makes the others' zeros per step instead of the graph stacking `T` steps of them.
+        let yf = given_ys(&bouts[nc..], cts);
         let mut result = vec![None; ins.len()];
         if cf.is_empty() && xf.is_empty() && kf.is_empty() {
             return Ok(result);
@@ -291,6 +300,7 @@ impl Scan {
             num_xs: nc + nx + yf.len() + res.len(),
             reverse: !self.reverse,
             length: Some(len),
+            checkpoint: None,
         };
         // 4. Its operands: the given cotangents where they belong, zeros elsewhere.
         let given = |g: &mut Graph, o: ScanOutput, i: usize| {
@@ -406,7 +416,7 @@ fn residuals(body: &Graph, v: &Graph, varying: usize) -> Vec<usize> {
 /// reads are computed in `g` instead, and enter the new body as consts after the old ones.
 /// Returns the new body and those values in `g`. Constants without operands stay inside (the
 /// backend computes them once at compile time).
-fn hoist_invariants(
+pub(super) fn hoist_invariants(
     body: &Graph,
     first_const: usize,
     g: &mut Graph,
@@ -508,7 +518,7 @@ fn inline_given(g: &mut Graph, body: &Graph, args: &[NodeId], given: &[Option<No
 }
 
 /// The trip count of `s` applied to `ins` in `g`.
-fn trips_of(s: &Scan, g: &Graph, ins: &[NodeId]) -> std::result::Result<usize, String> {
+pub(super) fn trips_of(s: &Scan, g: &Graph, ins: &[NodeId]) -> std::result::Result<usize, String> {
     let shapes: Vec<Shape> =
         ins.iter().map(|&x| g.shape(x).cloned().unwrap_or(Shape::scalar(crate::DType::F32))).collect();
     s.trips(&shapes.iter().collect::<Vec<_>>())
@@ -533,7 +543,7 @@ impl NestedRules for Scan {
         cotangent: NodeId,
         tx: &dyn Transforms,
     ) -> Option<Result<Vec<Option<NodeId>>>> {
-        Some(self.vjp_rule(g, ins, out, &[(self.output, self.index, cotangent)], tx))
+        Some(self.vjp_any(g, ins, out, &[(self.output, self.index, cotangent)], tx))
     }
     fn joins(&self, other: &Op) -> bool {
         matches!(other, Op::Scan(s) if s.same_loop(self))
@@ -563,7 +573,7 @@ impl NestedRules for Scan {
                 _ => None,
             })
             .collect();
-        Some(self.vjp_rule(g, ins, out, &cts, tx))
+        Some(self.vjp_any(g, ins, out, &cts, tx))
     }
 }
 

@@ -7,15 +7,18 @@
 //! Backends whose kernel table has the control-flow ops (the CPU's) compile each body once and
 //! run it per trip or per branch; for the others `decompose` inlines the bodies (both branches and
 //! a select, or an unrolled loop). The transforms differentiate a `scan` as a scan (`ad.rs`: its
-//! JVP is a forward scan, its VJP a reverse scan over the saved carries), so a differentiated loop
-//! keeps a node count independent of its trip count; `while_loop` is forward-mode only.
+//! JVP is a forward scan, its VJP a reverse scan over the saved carries, or with `Scan::checkpoint`
+//! over segments recomputed from every `k`-th carry: `ckpt.rs`), so a differentiated loop keeps a
+//! node count independent of its trip count; `while_loop` is forward-mode only.
 
 mod ad;
+mod ckpt;
 mod cond;
 mod scan;
 mod while_loop;
 
 pub use ad::{NestedRules, Transforms};
+pub use ckpt::{checkpoint_scans, sqrt_segments};
 pub use cond::Cond;
 pub use scan::{Scan, ScanOutput};
 pub use while_loop::WhileLoop;
