@@ -98,6 +98,9 @@ fn column<V: Real>(m: &[V], k: usize, j: usize) -> Vec<f64> {
     m.iter().skip(j).step_by(k).map(|v| v.f64()).collect()
 }
 
+/// One column's CG result, filled by the task that solved it.
+type Slot = std::sync::Mutex<Option<std::result::Result<Vec<f64>, SparseError>>>;
+
 fn cg_typed<P: Index, I: Index, V: Real>(op: &CgSolve, b: &Bufs<'_>, k: usize) -> Result<()> {
     let name = CgSolve::NAME;
     let s = Sym::new(name, op.n, b.input::<P>(0), b.input::<I>(1), b.input::<V>(2))?;
@@ -108,8 +111,7 @@ fn cg_typed<P: Index, I: Index, V: Real>(op: &CgSolve, b: &Bufs<'_>, k: usize) -
         return Ok(());
     }
     // Columns are independent solves: spread over the pool (their products then run inline).
-    let results: Vec<std::sync::Mutex<Option<std::result::Result<Vec<f64>, SparseError>>>> =
-        (0..k).map(|_| Default::default()).collect();
+    let results: Vec<Slot> = (0..k).map(|_| Default::default()).collect();
     rlx_cpu::threads::parallel_for(k, &|j| {
         let r = s.solve(name, &column(rhs, k, j), op.tol, op.max_iterations()).map(|i| i.x);
         *results[j].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
