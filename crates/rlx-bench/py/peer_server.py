@@ -14,6 +14,9 @@
 #   rfft N REPS                -> numpy.fft.rfft of N float32 points (complex64 out), each rep's seconds
 #   solve N B REPS             -> numpy.linalg.solve (LAPACK gesv) of B float64 n x n systems, one
 #                                 right-hand side each ([B, n, n] and [B, n, 1]), each rep's seconds
+#   sparse M K DT REPS         -> scipy.sparse CSR (int32 indices, DT = f32 | f64 values) of the 5-point
+#                                 Laplacian on an M x M grid times x ([n] for K = 0, else [n, K]),
+#                                 x = (arange % 7) - 3 row-major: seconds + y's sum and first entries
 #   jax_qwen3 FILE S REPS DT   -> JAX jit Qwen3 layer in DT (f32 or bf16: bf16 values, f32 sums in the
 #                                 matmuls and norms) on the weights of rlx-bench's safetensors file:
 #                                 seconds + the last token's normalized hidden state
@@ -250,6 +253,19 @@ def mkl():
     return _MKL[0]
 
 
+def poisson(m, dt):
+    # The matrix of rlx-bench's sparse.rs: kron(I, T) + kron(T, I), T = tridiag(-1, 2, -1).
+    if ('poisson', m, dt) not in cache:
+        import scipy.sparse as sp
+        t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m))
+        eye = sp.identity(m)
+        a = sp.csr_matrix(sp.kron(eye, t) + sp.kron(t, eye)).astype(dt)
+        a.sort_indices()
+        a.indices, a.indptr = a.indices.astype(np.int32), a.indptr.astype(np.int32)
+        cache[('poisson', m, dt)] = a
+    return cache[('poisson', m, dt)]
+
+
 def main():
     for line in sys.stdin:
         cmd = line.split()
@@ -258,7 +274,7 @@ def main():
         try:
             if cmd[0] == 'probe':
                 have = {}
-                for mod in ('numpy', 'jax', 'onnxruntime', 'tokenizers', 'safetensors', 'mlx'):
+                for mod in ('numpy', 'scipy', 'jax', 'onnxruntime', 'tokenizers', 'safetensors', 'mlx'):
                     try:
                         m = __import__(mod); have[mod] = getattr(m, '__version__', '?')
                     except Exception as e:
@@ -281,6 +297,17 @@ def main():
                 a = rng.random((bs, n, n)) + n * np.eye(n)
                 b = rng.random((bs, n, 1))
                 out = {'seconds': timed(lambda: np.linalg.solve(a, b), reps)}
+            elif cmd[0] == 'sparse':
+                m, k, reps = int(cmd[1]), int(cmd[2]), int(cmd[4])
+                dt = {'f32': np.float32, 'f64': np.float64}[cmd[3]]
+                a = poisson(m, dt)
+                n = a.shape[0]
+                x = ((np.arange(n * max(k, 1)) % 7) - 3).astype(dt)
+                if k > 0:
+                    x = x.reshape(n, k)
+                y = a @ x
+                out = {'seconds': timed(lambda: a @ x, reps), 'sum': float(y.astype(np.float64).sum()),
+                       'head': [float(v) for v in y.reshape(-1)[:8]]}
             elif cmd[0] == 'mkl_matmul':
                 n, reps, threads = int(cmd[1]), int(cmd[2]), int(cmd[3])
                 lib = mkl()

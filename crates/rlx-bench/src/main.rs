@@ -2,7 +2,7 @@
 //! medians), printed as Markdown tables with ratios.
 //!
 //! `rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [q6_k] [M..] | decode MODEL.gguf [TOKENS] |
-//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
+//! profile [BATCH SEQ RUNS] | train [STEPS] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | sparse [GRID] | scan [T]` (MiniLM through rlx-pjrt vs JAX jit, rlx-mlx vs MLX Python);
 //! `RLX_BENCH_ROUNDS` sets the rounds (default 5).
 
 mod candle_peer;
@@ -18,6 +18,7 @@ mod probe;
 mod qmatmul;
 mod qwen3;
 mod scan;
+mod sparse;
 mod stats;
 mod train;
 
@@ -121,6 +122,10 @@ fn main() {
             header();
             linalg::run(1024, &if nums.is_empty() { vec![1, 4] } else { nums.clone() }, rounds, &mut python(true))
         }
+        Some("sparse") => {
+            header();
+            sparse::run(nums.first().copied().unwrap_or(512), rounds, &mut python(true))
+        }
         Some("scan") => {
             header();
             scan::run(nums.first().copied().unwrap_or(1000), rounds)
@@ -131,7 +136,7 @@ fn main() {
             minilm::profile(n(0, 1), n(1, 128), n(2, 20))
         }
         _ => {
-            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [q6_k] [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | scan [T]".into())
+            Err("usage: rlx-bench all | matmul [N..] | matmul_bf16 [N..] | minilm [BATCH..] | qwen3 [SEQ..] | qwen3_bf16 [SEQ..] | ops [RUNS [FILTER]] | qmatmul [q6_k] [M..] | decode MODEL.gguf [TOKENS] | profile [BATCH SEQ RUNS] | train [STEPS_PER_ROUND] | pjrt [BATCH..] | mlx [BATCH..] | fft [LOG2_N..] | linalg [BATCH..] | sparse [GRID] | scan [T]".into())
         }
     };
     if let Err(e) = r {

@@ -1,5 +1,5 @@
-//! The Rust-side CSR matrix (`Csr`) and the plain-Rust f64 numerics every op's reference and
-//! kernel share: pattern validation, products, a dense direct solve (the oracle) and CG.
+//! The Rust-side CSR matrix (`Csr`) and the plain-Rust f64 numerics the op references share:
+//! the checked pattern, products and a dense direct solve (the oracle).
 
 use crate::SparseError;
 use rlx_ir::{DType, Graph, HostTensor, NodeId, Shape};
@@ -119,9 +119,15 @@ impl Csr {
                 reason: format!("x has {} entries, A is {}x{}", x.len(), self.nrows, self.ncols),
             });
         }
-        let p = self.pattern("Csr::matvec")?;
         let mut y = vec![0.0; self.nrows];
-        product(&p.indptr, &p.indices, &self.values, x, 1, false, &mut y);
+        let a = crate::prod::CsrRef {
+            indptr: &self.indptr,
+            indices: &self.indices,
+            values: &self.values,
+            nrows: self.nrows,
+            ncols: self.ncols,
+        };
+        a.matmul("Csr::matvec", x, 1, &mut y)?;
         Ok(y)
     }
 
@@ -158,24 +164,7 @@ pub(crate) struct Pattern {
 impl Pattern {
     /// Checks scipy's invariants; `op` names the caller in the error.
     pub fn new(op: &str, nrows: usize, ncols: usize, indptr: &[i64], indices: &[i64]) -> Result<Pattern, SparseError> {
-        let bad = |reason: String| SparseError::Pattern { op: op.into(), reason };
-        if indptr.len() != nrows + 1 {
-            return Err(bad(format!("indptr has {} entries, {nrows} rows need {}", indptr.len(), nrows + 1)));
-        }
-        if indptr[0] != 0 || indptr[nrows] != indices.len() as i64 {
-            return Err(bad(format!(
-                "indptr must run from 0 to nnz = {}, got {} .. {}",
-                indices.len(),
-                indptr[0],
-                indptr[nrows]
-            )));
-        }
-        if let Some(i) = indptr.windows(2).position(|w| w[1] < w[0]) {
-            return Err(bad(format!("indptr decreases at row {i}: {} > {}", indptr[i], indptr[i + 1])));
-        }
-        if let Some(k) = indices.iter().position(|&c| c < 0 || c >= ncols as i64) {
-            return Err(bad(format!("column index {} at entry {k} is outside 0..{ncols}", indices[k])));
-        }
+        crate::view::validate(op, nrows, ncols, indptr, indices)?;
         Ok(Pattern {
             indptr: indptr.iter().map(|&i| i as usize).collect(),
             indices: indices.iter().map(|&i| i as usize).collect(),
@@ -253,74 +242,4 @@ pub(crate) fn dense_solve(op: &str, n: usize, m: &[f64], b: &[f64], k: usize) ->
         }
     }
     Ok(x)
-}
-
-/// Result of `cg`: the solution and how it got there.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CgInfo {
-    /// The solution.
-    pub x: Vec<f64>,
-    /// Iterations taken.
-    pub iterations: usize,
-    /// `||b - S x|| / ||b||` at the end (by the recurrence).
-    pub residual: f64,
-}
-
-/// Conjugate gradient for `S x = b` where `S = (A + A^T) / 2` (equal to `A` for a symmetric
-/// `A`): stops when `||r|| <= tol ||b||` (scipy's `rtol`, `atol = 0`); `SparseError::NotConverged`
-/// after `maxiter` iterations otherwise. Starts from zero.
-pub fn cg(a: &Csr, b: &[f64], tol: f64, maxiter: usize) -> Result<CgInfo, SparseError> {
-    if a.nrows != a.ncols || b.len() != a.nrows {
-        return Err(SparseError::Shape {
-            op: "cg".into(),
-            reason: format!("needs a square A and b of its size, got {}x{} and {}", a.nrows, a.ncols, b.len()),
-        });
-    }
-    let p = a.pattern("cg")?;
-    cg_pattern("cg", &p.indptr, &p.indices, &a.values, b, tol, maxiter)
-}
-
-pub(crate) fn cg_pattern(
-    op: &str,
-    indptr: &[usize],
-    indices: &[usize],
-    values: &[f64],
-    b: &[f64],
-    tol: f64,
-    maxiter: usize,
-) -> Result<CgInfo, SparseError> {
-    let n = b.len();
-    let apply = |p: &[f64], out: &mut [f64]| {
-        out.iter_mut().for_each(|o| *o = 0.0);
-        product(indptr, indices, values, p, 1, false, out);
-        product(indptr, indices, values, p, 1, true, out);
-        out.iter_mut().for_each(|o| *o *= 0.5);
-    };
-    let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
-    let bnorm = dot(b, b).sqrt();
-    let mut x = vec![0.0; n];
-    if bnorm == 0.0 {
-        return Ok(CgInfo { x, iterations: 0, residual: 0.0 });
-    }
-    let (mut r, mut p, mut q) = (b.to_vec(), b.to_vec(), vec![0.0; n]);
-    let mut rr = dot(&r, &r);
-    for it in 0..maxiter {
-        apply(&p, &mut q);
-        let pq = dot(&p, &q);
-        // A non-positive curvature means S is not positive definite: CG's assumption fails.
-        if pq <= 0.0 || !pq.is_finite() {
-            return Err(SparseError::NotPositiveDefinite { op: op.into(), iterations: it });
-        }
-        let alpha = rr / pq;
-        x.iter_mut().zip(&p).for_each(|(x, p)| *x += alpha * p);
-        r.iter_mut().zip(&q).for_each(|(r, q)| *r -= alpha * q);
-        let rr_new = dot(&r, &r);
-        if rr_new.sqrt() <= tol * bnorm {
-            return Ok(CgInfo { x, iterations: it + 1, residual: rr_new.sqrt() / bnorm });
-        }
-        let beta = rr_new / rr;
-        rr = rr_new;
-        p.iter_mut().zip(&r).for_each(|(p, r)| *p = r + beta * *p);
-    }
-    Err(SparseError::NotConverged { op: op.into(), iterations: maxiter, residual: rr.sqrt() / bnorm, tol })
 }

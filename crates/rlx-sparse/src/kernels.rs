@@ -1,9 +1,13 @@
-//! CPU kernels, one builder per op, for i32 / i64 indices and f32 / f64 values. Every call
-//! checks the pattern (indices are data: a bad one is an error, never an out-of-bounds read);
-//! arithmetic runs in f64. `splu_solve` goes through faer's sparse LU.
+//! CPU kernels, one builder per op, for i32 / i64 indices and f32 / f64 values: each reads its
+//! buffers in place through the generic kernels of `prod` and `cg` (one instance per index and
+//! value type), which check the pattern as they go (indices are data: a bad one is an error,
+//! never an out-of-bounds read). `splu_solve` goes through faer's sparse LU.
 
-use crate::csr::{Pattern, cg_pattern, product, sampled};
+use crate::cg::Sym;
+use crate::csr::Pattern;
+use crate::prod::{CsrRef, sddmm as sddmm_kernel};
 use crate::solve::{CgSolve, LuSolve};
+use crate::view::{Index, Real, validate};
 use crate::{CsrMatMul, CsrSddmm, SparseError};
 use faer::linalg::solvers::Solve;
 use faer::sparse::{SparseColMat, Triplet};
@@ -17,30 +21,6 @@ fn op_of<'a, T: 'static>(ctx: &'a KernelCtx<'_>) -> Result<&'a T> {
     match ctx.op {
         Op::Custom(c) => c.get::<T>().ok_or_else(|| unsupported(ctx)),
         _ => Err(unsupported(ctx)),
-    }
-}
-
-/// Reads integer input `i` (i32 or i64) as i64.
-fn ints(b: &Bufs<'_>, i: usize, dt: DType) -> Vec<i64> {
-    match dt {
-        DType::I32 => b.input::<i32>(i).iter().map(|&v| v as i64).collect(),
-        _ => b.input::<i64>(i).to_vec(),
-    }
-}
-
-/// Reads float input `i` (f32 or f64) as f64.
-fn reals(b: &Bufs<'_>, i: usize, dt: DType) -> Vec<f64> {
-    match dt {
-        DType::F32 => b.input::<f32>(i).iter().map(|&v| v as f64).collect(),
-        _ => b.input::<f64>(i).to_vec(),
-    }
-}
-
-/// Writes the output from f64.
-fn write(b: &Bufs<'_>, dt: DType, y: &[f64]) {
-    match dt {
-        DType::F32 => b.output::<f32>().iter_mut().zip(y).for_each(|(o, &v)| *o = v as f32),
-        _ => b.output::<f64>().copy_from_slice(y),
     }
 }
 
@@ -62,61 +42,98 @@ fn types(ctx: &KernelCtx<'_>) -> Result<Types> {
     Ok(Types { idx, val, k: if d.len() == 2 { d[1] } else { 1 } })
 }
 
-fn pattern(op: &str, b: &Bufs<'_>, t: Types, nrows: usize, ncols: usize) -> Result<Pattern> {
-    Ok(Pattern::new(op, nrows, ncols, &ints(b, 0, t.idx[0]), &ints(b, 1, t.idx[1]))?)
+/// Calls `$f::<P, I, V>(args)` for the kernel's index types (P: indptr, I: indices) and value type.
+macro_rules! typed {
+    ($op:expr, $t:expr, $f:ident ( $($a:expr),* )) => {{
+        use DType::{F32, F64, I32, I64};
+        match ($t.idx[0], $t.idx[1], $t.val) {
+            (I32, I32, F32) => $f::<i32, i32, f32>($($a),*),
+            (I32, I64, F32) => $f::<i32, i64, f32>($($a),*),
+            (I64, I32, F32) => $f::<i64, i32, f32>($($a),*),
+            (I64, I64, F32) => $f::<i64, i64, f32>($($a),*),
+            (I32, I32, F64) => $f::<i32, i32, f64>($($a),*),
+            (I32, I64, F64) => $f::<i32, i64, f64>($($a),*),
+            (I64, I32, F64) => $f::<i64, i32, f64>($($a),*),
+            (I64, I64, F64) => $f::<i64, i64, f64>($($a),*),
+            (p, i, v) => Err(Error::eval($op, format!("no kernel for indptr {p}, indices {i}, values {v}"))),
+        }
+    }};
+}
+
+fn matmul_typed<P: Index, I: Index, V: Real>(op: &CsrMatMul, b: &Bufs<'_>, k: usize) -> Result<()> {
+    let a = CsrRef {
+        indptr: b.input::<P>(0),
+        indices: b.input::<I>(1),
+        values: b.input::<V>(2),
+        nrows: op.nrows,
+        ncols: op.ncols,
+    };
+    let (x, y) = (b.input::<V>(3), b.output::<V>());
+    let r = if op.transpose { a.matmul_t(CsrMatMul::NAME, x, k, y) } else { a.matmul(CsrMatMul::NAME, x, k, y) };
+    Ok(r?)
 }
 
 /// `csr_matmul`.
 pub(crate) fn matmul(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let op = op_of::<CsrMatMul>(ctx)?.clone();
     let t = types(ctx)?;
-    Ok(Box::new(move |b: &Bufs<'_>| {
-        let p = pattern(CsrMatMul::NAME, b, t, op.nrows, op.ncols)?;
-        let (v, x) = (reals(b, 2, t.val), reals(b, 3, t.val));
-        let mut y = vec![0.0; if op.transpose { op.ncols } else { op.nrows } * t.k];
-        product(&p.indptr, &p.indices, &v, &x, t.k, op.transpose, &mut y);
-        write(b, t.val, &y);
-        Ok(())
-    }))
+    Ok(Box::new(move |b: &Bufs<'_>| typed!(CsrMatMul::NAME, t, matmul_typed(&op, b, t.k))))
+}
+
+fn sddmm_typed<P: Index, I: Index, V: Real>(op: &CsrSddmm, b: &Bufs<'_>, k: usize) -> Result<()> {
+    let (indptr, indices) = (b.input::<P>(0), b.input::<I>(1));
+    let (l, r) = (b.input::<V>(2), b.input::<V>(3));
+    Ok(sddmm_kernel(CsrSddmm::NAME, (op.nrows, op.ncols), indptr, indices, l, r, k, b.output::<V>())?)
 }
 
 /// `csr_sddmm`.
 pub(crate) fn sddmm(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let op = op_of::<CsrSddmm>(ctx)?.clone();
     let t = types(ctx)?;
-    Ok(Box::new(move |b: &Bufs<'_>| {
-        let p = pattern(CsrSddmm::NAME, b, t, op.nrows, op.ncols)?;
-        let (l, r) = (reals(b, 2, t.val), reals(b, 3, t.val));
-        let mut y = vec![0.0; p.indices.len()];
-        sampled(&p.indptr, &p.indices, &l, &r, t.k, &mut y);
-        write(b, t.val, &y);
-        Ok(())
-    }))
+    Ok(Box::new(move |b: &Bufs<'_>| typed!(CsrSddmm::NAME, t, sddmm_typed(&op, b, t.k))))
+}
+
+/// Column `j` of the row-major `[n, k]` `m`, in f64.
+fn column<V: Real>(m: &[V], k: usize, j: usize) -> Vec<f64> {
+    m.iter().skip(j).step_by(k).map(|v| v.f64()).collect()
+}
+
+/// One column's CG result, filled by the task that solved it.
+type Slot = std::sync::Mutex<Option<std::result::Result<Vec<f64>, SparseError>>>;
+
+fn cg_typed<P: Index, I: Index, V: Real>(op: &CgSolve, b: &Bufs<'_>, k: usize) -> Result<()> {
+    let name = CgSolve::NAME;
+    let s = Sym::new(name, op.n, b.input::<P>(0), b.input::<I>(1), b.input::<V>(2))?;
+    let (rhs, out) = (b.input::<V>(3), b.output::<V>());
+    if k == 1 {
+        let info = s.solve(name, &column(rhs, 1, 0), op.tol, op.max_iterations())?;
+        out.iter_mut().zip(&info.x).for_each(|(o, &v)| *o = V::of(v));
+        return Ok(());
+    }
+    // Columns are independent solves: spread over the pool (their products then run inline).
+    let results: Vec<Slot> = (0..k).map(|_| Default::default()).collect();
+    rlx_cpu::threads::parallel_for(k, &|j| {
+        let r = s.solve(name, &column(rhs, k, j), op.tol, op.max_iterations()).map(|i| i.x);
+        *results[j].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    });
+    for (j, r) in results.into_iter().enumerate() {
+        let x = r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Ok(vec![0.0; op.n]))?;
+        x.iter().enumerate().for_each(|(i, &v)| out[i * k + j] = V::of(v));
+    }
+    Ok(())
 }
 
 /// `cg_solve`: one CG per right-hand side column.
 pub(crate) fn cg(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let op = op_of::<CgSolve>(ctx)?.clone();
     let t = types(ctx)?;
-    Ok(Box::new(move |b: &Bufs<'_>| {
-        let (n, k) = (op.n, t.k);
-        let p = pattern(CgSolve::NAME, b, t, n, n)?;
-        let (v, rhs) = (reals(b, 2, t.val), reals(b, 3, t.val));
-        let mut x = vec![0.0; n * k];
-        for j in 0..k {
-            let col: Vec<f64> = (0..n).map(|i| rhs[i * k + j]).collect();
-            let info = cg_pattern(CgSolve::NAME, &p.indptr, &p.indices, &v, &col, op.tol, op.max_iterations())?;
-            (0..n).for_each(|i| x[i * k + j] = info.x[i]);
-        }
-        write(b, t.val, &x);
-        Ok(())
-    }))
+    Ok(Box::new(move |b: &Bufs<'_>| typed!(CgSolve::NAME, t, cg_typed(&op, b, t.k))))
 }
 
-/// Solves `op(A) X = B` (B row-major, `k` columns) through faer's sparse LU.
-pub(crate) fn lu_solve(
-    p: &Pattern,
-    values: &[f64],
+/// Solves `op(A) X = B` (B row-major, `k` columns) through faer's sparse LU; the pattern must
+/// have been validated.
+pub(crate) fn lu_solve<P: Index, I: Index, V: Real>(
+    (indptr, indices, values): (&[P], &[I], &[V]),
     n: usize,
     transpose: bool,
     rhs: &[f64],
@@ -125,9 +142,9 @@ pub(crate) fn lu_solve(
     let op = LuSolve::NAME;
     let mut trip = Vec::with_capacity(values.len());
     for i in 0..n {
-        let r = p.indptr[i]..p.indptr[i + 1];
-        for (&c, &v) in p.indices[r.clone()].iter().zip(&values[r]) {
-            trip.push(Triplet::new(i, c, v));
+        let r = indptr[i].get() as usize..indptr[i + 1].get() as usize;
+        for (c, v) in indices[r.clone()].iter().zip(&values[r]) {
+            trip.push(Triplet::new(i, c.get() as usize, v.f64()));
         }
     }
     let faer_err = |what: &str, e: &dyn std::fmt::Debug| SparseError::Backend {
@@ -153,15 +170,32 @@ pub(crate) fn lu_solve(
     Ok(out)
 }
 
+/// `lu_solve` for a checked `Pattern` (the `Csr` entry point).
+pub(crate) fn lu_solve_pattern(
+    p: &Pattern,
+    values: &[f64],
+    n: usize,
+    rhs: &[f64],
+) -> std::result::Result<Vec<f64>, SparseError> {
+    lu_solve((&p.indptr[..], &p.indices[..], values), n, false, rhs, 1)
+}
+
+fn splu_typed<P: Index, I: Index, V: Real>(op: &LuSolve, b: &Bufs<'_>, k: usize) -> Result<()> {
+    let (indptr, indices, values) = (b.input::<P>(0), b.input::<I>(1), b.input::<V>(2));
+    validate(LuSolve::NAME, op.n, op.n, indptr, indices)?;
+    if values.len() != indices.len() {
+        let reason = format!("{} values for {} indices", values.len(), indices.len());
+        return Err(SparseError::Pattern { op: LuSolve::NAME.into(), reason }.into());
+    }
+    let rhs: Vec<f64> = b.input::<V>(3).iter().map(|v| v.f64()).collect();
+    let x = lu_solve((indptr, indices, values), op.n, op.transpose, &rhs, k)?;
+    b.output::<V>().iter_mut().zip(&x).for_each(|(o, &v)| *o = V::of(v));
+    Ok(())
+}
+
 /// `splu_solve`.
 pub(crate) fn splu(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     let op = op_of::<LuSolve>(ctx)?.clone();
     let t = types(ctx)?;
-    Ok(Box::new(move |b: &Bufs<'_>| {
-        let p = pattern(LuSolve::NAME, b, t, op.n, op.n)?;
-        let (v, rhs) = (reals(b, 2, t.val), reals(b, 3, t.val));
-        let x = lu_solve(&p, &v, op.n, op.transpose, &rhs, t.k).map_err(Error::from)?;
-        write(b, t.val, &x);
-        Ok(())
-    }))
+    Ok(Box::new(move |b: &Bufs<'_>| typed!(LuSolve::NAME, t, splu_typed(&op, b, t.k))))
 }

@@ -9,7 +9,13 @@
 //!   adjoint solve (another CG);
 //! - `splu_solve`: faer's sparse LU, differentiated the same way with `A^T`.
 //!
-//! Batching has no rule of its own: vmap unrolls these ops over the batch.
+//! The CPU kernels read the arrays in place (one instance per index and value type), check the
+//! pattern in the same pass as the arithmetic, and split rows over rlx-cpu's pool when the work
+//! is large enough.
+//!
+//! Batching: a batch of dense operands against one matrix (`csr_matmul`'s x, the solves' b)
+//! becomes one call over their columns (one spmm, one factorization); a batched matrix (pattern
+//! or values) and `csr_sddmm` unroll.
 //!
 //! ```
 //! use rlx_ir::{DType, Graph, Shape};
@@ -30,12 +36,16 @@
 //! ```
 #![warn(missing_docs)]
 
+mod cg;
 mod csr;
 mod kernels;
 mod ops;
+mod prod;
 mod solve;
+mod view;
 
-pub use csr::{CgInfo, Csr, CsrNodes, cg};
+pub use cg::{CgInfo, cg};
+pub use csr::{Csr, CsrNodes};
 pub use ops::{CsrMatMul, CsrSddmm};
 pub use solve::{CgSolve, LuSolve};
 
@@ -180,5 +190,5 @@ pub fn splu(a: &Csr, b: &[f64]) -> Result<Vec<f64>, SparseError> {
         });
     }
     let p = a.pattern("splu")?;
-    kernels::lu_solve(&p, &a.values, a.nrows, false, b, 1)
+    kernels::lu_solve_pattern(&p, &a.values, a.nrows, b)
 }

@@ -95,6 +95,34 @@ pub(crate) fn add_opt(g: &mut Graph, a: Option<NodeId>, b: Option<NodeId>) -> Op
     }
 }
 
+/// The batching rule of an op whose only batched input is its last, a dense operand `[B, r]` or
+/// `[B, r, k]` with one result column per operand column (`csr_matmul`, the solves): the batch
+/// moves into the columns, `[r, B k]`, one call of the op handles all of it, and the result
+/// `[m, B k]` moves back to `[B, m(, k)]`. None (unroll) when the matrix itself is batched.
+pub(crate) fn batch_columns(g: &mut Graph, op: rlx_ir::Op, ins: &[NodeId], batched: &[bool]) -> Option<NodeId> {
+    if batched.len() != 4 || batched[..3].iter().any(|&b| b) || !batched[3] {
+        return None;
+    }
+    let d = rlx_ir::ops::rules::dims(g, ins[3]);
+    let (x, k) = match d.as_slice() {
+        [_, _] => (g.transpose(ins[3], &[1, 0]), None),
+        [b, r, k] => {
+            let t = g.transpose(ins[3], &[1, 0, 2]);
+            (g.reshape(t, &[*r, b * k]), Some(*k))
+        }
+        _ => return None,
+    };
+    let y = g.add_node(op, &[ins[0], ins[1], ins[2], x]);
+    let m = rlx_ir::ops::rules::dims(g, y)[0];
+    Some(match k {
+        None => g.transpose(y, &[1, 0]),
+        Some(k) => {
+            let r = g.reshape(y, &[m, d[0], k]);
+            g.transpose(r, &[1, 0, 2])
+        }
+    })
+}
+
 /// `c * x` for a constant `c`.
 pub(crate) fn scale(g: &mut Graph, x: NodeId, c: f64) -> NodeId {
     let s = g.scalar(c, g.dtype(x));
@@ -143,6 +171,10 @@ impl OpDef for CsrMatMul {
         let (l, r) = if self.transpose { (ins[3], ct) } else { (ct, ins[3]) };
         let dv = g.custom(s, &[ins[0], ins[1], l, r]);
         Some(vec![None, None, Some(dv), Some(dx)])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        // A batch of operands against one matrix is one spmm over their columns.
+        batch_columns(g, rlx_ir::custom::op(self.clone()), ins, batched)
     }
     fn samples() -> Vec<Sample> {
         let mut out = vec![];

@@ -5,7 +5,9 @@
 //! `M^T lambda = g`, then `d b = lambda` and `d M = -lambda x^T` on A's pattern.
 
 use crate::csr::{Pattern, dense_solve};
-use crate::ops::{CsrMatMul, CsrSddmm, add_opt, floats, infer_operand, infer_pattern, pattern_of, rand_tensor, scale};
+use crate::ops::{
+    CsrMatMul, CsrSddmm, add_opt, batch_columns, floats, infer_operand, infer_pattern, pattern_of, rand_tensor, scale,
+};
 use rlx_ir::custom::CustomOpDef;
 use rlx_ir::{DType, Data, Graph, HostTensor, NodeId, OpDef, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
@@ -130,6 +132,10 @@ impl OpDef for CgSolve {
         let dv = scale(g, sum, -0.5);
         Some(vec![None, None, Some(dv), Some(lambda)])
     }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        // A batch of right-hand sides is one solve with more columns (CG runs one per column).
+        batch_columns(g, rlx_ir::custom::op(self.clone()), ins, batched)
+    }
     fn samples() -> Vec<Sample> {
         let mut out = vec![];
         for (dt, it, k) in [(DType::F64, DType::I64, None), (DType::F32, DType::I32, Some(2))] {
@@ -177,6 +183,10 @@ impl OpDef for LuSolve {
         let s = g.custom(CsrSddmm { nrows: self.n, ncols: self.n }, &[ins[0], ins[1], l, r]);
         let dv = scale(g, s, -1.0);
         Some(vec![None, None, Some(dv), Some(lambda)])
+    }
+    fn batch(&self, g: &mut Graph, ins: &[NodeId], batched: &[bool], _size: usize) -> Option<NodeId> {
+        // A batch of right-hand sides is one factorization solved for all their columns.
+        batch_columns(g, rlx_ir::custom::op(self.clone()), ins, batched)
     }
     fn samples() -> Vec<Sample> {
         let mut out = vec![];

@@ -217,3 +217,83 @@ fn text_round_trips_through_the_registry() {
     assert_eq!(Graph::from_text(&text).unwrap(), g);
     assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
 }
+
+/// A 5-point Laplacian on an `m x m` grid with a seeded perturbation of the values (so that A
+/// and A^T differ), large enough that the kernels split rows over the pool.
+fn grid(m: usize) -> Csr {
+    let mut trip = vec![];
+    for i in 0..m {
+        for j in 0..m {
+            let p = i * m + j;
+            trip.push((p, p, 4.0 + (p % 5) as f64 * 0.1));
+            for (di, dj) in [(-1i64, 0i64), (1, 0), (0, -1), (0, 1)] {
+                let (a, b) = (i as i64 + di, j as i64 + dj);
+                if (0..m as i64).contains(&a) && (0..m as i64).contains(&b) {
+                    trip.push((p, a as usize * m + b as usize, -1.0 - (p % 3) as f64 * 0.01));
+                }
+            }
+        }
+    }
+    Csr::from_triplets(m * m, m * m, &trip).unwrap()
+}
+
+#[test]
+fn large_products_split_over_threads_match_the_dense_loop() {
+    register().unwrap();
+    let a = grid(100);
+    let (n, k) = (a.nrows, 3);
+    let dense = |x: &[f64], k: usize, t: bool| {
+        let mut y = vec![0.0; n * k];
+        for i in 0..n {
+            for p in a.indptr[i]..a.indptr[i + 1] {
+                let (r, c) = if t { (a.indices[p], i) } else { (i, a.indices[p]) };
+                (0..k).for_each(|j| y[r * k + j] += a.values[p] * x[c * k + j]);
+            }
+        }
+        y
+    };
+    let x: Vec<f64> = rlx_ir::ops::util::rand_f64(n * k, -1.0, 1.0, 5);
+    for (dt, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
+        let mut g = Graph::new("big");
+        let an = a.inputs(&mut g, "A", dt);
+        let xv = g.input("x", Shape::new(&[n], dt));
+        let xm = g.input("xm", Shape::new(&[n, k], dt));
+        let outs = vec![
+            rlx_sparse::spmv(&mut g, an, xv),
+            rlx_sparse::spmm(&mut g, an, xm),
+            rlx_sparse::spmv_t(&mut g, an, xm),
+        ];
+        g.set_outputs(outs);
+        let mut feeds = a.feeds("A", dt);
+        feeds.push(("x".into(), HostTensor::from_f64(&[n], dt, &x[..n]).unwrap()));
+        feeds.push(("xm".into(), HostTensor::from_f64(&[n, k], dt, &x).unwrap()));
+        let got = run(&g, &feeds_of(&feeds)).unwrap();
+        close(&got[0].to_f64_vec().unwrap(), &dense(&x[..n], 1, false), tol, "spmv");
+        close(&got[1].to_f64_vec().unwrap(), &dense(&x, k, false), tol, "spmm");
+        close(&got[2].to_f64_vec().unwrap(), &dense(&x, k, true), tol, "spmv_t");
+        // A bad column deep in the pattern is still the typed error naming the entry.
+        let mut bad = a.feeds("A", dt);
+        let mut idx: Vec<i64> = a.indices.iter().map(|&c| c as i64).collect();
+        idx[10_000] = -2;
+        bad[1].1 = HostTensor::from_i64(&[idx.len()], DType::I64, &idx).unwrap();
+        bad.extend(feeds[3..].iter().cloned());
+        let e = run(&g, &feeds_of(&bad)).unwrap_err().to_string();
+        assert!(e.contains("column index -2 at entry 10000"), "{e}");
+    }
+}
+
+#[test]
+fn vmap_over_the_operand_is_one_product_and_one_solve() {
+    register().unwrap();
+    let a = grid(4);
+    let n = a.nrows;
+    let mut g = Graph::new("one");
+    let an = a.inputs(&mut g, "A", DType::F64);
+    let x = vec_input(&mut g, "x", &[n, 2]);
+    let y = rlx_sparse::spmm(&mut g, an, x);
+    let z = rlx_sparse::splu_solve(&mut g, an, y);
+    g.set_outputs(vec![z]);
+    let v = rlx_autodiff::vmap(&g, &["x"], 5).unwrap();
+    let count = |name: &str| v.nodes().iter().filter(|nd| matches!(&nd.op, Op::Custom(c) if c.name() == name)).count();
+    assert_eq!((count("csr_matmul"), count("splu_solve")), (1, 1), "{}", v.to_text());
+}
