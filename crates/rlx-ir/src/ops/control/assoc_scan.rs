@@ -64,7 +64,7 @@ pub fn combine_lengths(n: usize) -> Vec<usize> {
         let h = m / 2;
         out.push(h);
         // The scanned pairs are combined with the elements between them: h - 1 or h of them.
-        let between = if m % 2 == 0 { h - 1 } else { h };
+        let between = if m.is_multiple_of(2) { h - 1 } else { h };
         if between > 0 {
             out.push(between);
         }
