@@ -440,6 +440,22 @@ impl PyGraph {
         Ok((nodes(carries), nodes(ys)))
     }
 
+    /// `jax.lax.associative_scan` along `axis`: `combine(a_leaves..., b_leaves..., consts...)
+    /// -> leaves...`; returns one node per leaf of the inclusive scan.
+    #[pyo3(signature = (combine, elems, consts = vec![], axis = 0, reverse = false))]
+    fn associative_scan(
+        &mut self,
+        combine: PyRef<'_, PyGraph>,
+        elems: Vec<Id>,
+        consts: Vec<Id>,
+        axis: i64,
+        reverse: bool,
+    ) -> PyResult<Vec<PyNode>> {
+        let (b, e, c) = (combine.g.clone(), ids(&elems), ids(&consts));
+        let outs = self.build(|g| g.associative_scan(b, &e, &c, axis, reverse))?;
+        Ok(outs.into_iter().map(Into::into).collect())
+    }
+
     /// `while cond(x, consts...): x = body(x, consts...)`, at most `max_trips` times.
     #[pyo3(signature = (cond, body, init, consts = vec![], max_trips = 1_000_000))]
     fn while_loop(

@@ -119,6 +119,20 @@ def cases(ns, tr, I):
     }
 
 
+def assoc_linear(ns, lax, a, b, reverse=False, axis=0):
+    """The linear recurrence h = a h + b as pairs under (a1 a2, a2 b1 + b2), summed with weights."""
+    def comb(x, y):
+        return (x[0] * y[0], y[0] * x[1] + y[1])
+
+    ha, hb = lax.associative_scan(comb, (a, b), reverse=reverse, axis=axis)
+    return ns.sum(ha * 0.5) + ns.sum(hb * ns.sin(b))
+
+
+def assoc_softmax(ns, lax, x, c):
+    """A cumulative soft maximum with a temperature the combine closes over, along axis 1."""
+    return lax.associative_scan(lambda a, b: ns.log(ns.exp(a / c) + ns.exp(b / c)) * c, x, reverse=True, axis=1)
+
+
 def lax_cases(ns, tr, lax, I):
     """Loops and branches (`lax` is jax.lax or rlx.lax), under the transforms."""
     L = lambda f: (lambda *a: f(ns, lax, *a))  # noqa: E731
@@ -143,6 +157,19 @@ def lax_cases(ns, tr, lax, I):
         "while_grow": lambda: tr.jit(L(grow))(I["pos"]),
         "while_grow_vmap": lambda: tr.vmap(L(grow))(np.abs(I["batch"][:, 0, :5]) + 0.5),
         "while_grow_jvp": lambda: tr.jvp(lambda x: L(grow)(x)[1], (I["pos"],), (I["pos"] * 0.1,)),
+        "assoc_cumsum": lambda: tr.jit(lambda x: lax.associative_scan(lambda a, b: a + b, x))(I["seq"]),
+        "assoc_cummax_axis1": lambda: tr.jit(lambda x: lax.associative_scan(ns.maximum, x, axis=1))(I["e"]),
+        "assoc_linear_grad": lambda: tr.value_and_grad(L(assoc_linear), argnums=(0, 1))(
+            np.abs(I["seq"]) * 0.3 + 0.6, I["seq"]
+        ),
+        "assoc_linear_reverse_axis1_grad": lambda: tr.grad(
+            lambda a, b: assoc_linear(ns, lax, a, b, reverse=True, axis=1), argnums=(0, 1)
+        )(np.abs(I["e"]) * 0.3 + 0.6, I["e"]),
+        "assoc_softmax_grad": lambda: tr.grad(lambda x, c: ns.sum(L(assoc_softmax)(x, c) * x), argnums=(0, 1))(
+            I["e"], I["s"]
+        ),
+        "assoc_vmap": lambda: tr.vmap(lambda x: L(assoc_linear)(ns.abs(x) * 0.3 + 0.6, x))(I["seqb"]),
+        "assoc_eager": lambda: lax.associative_scan(lambda a, b: a * b, I["pos"]),
     }
 
 
@@ -159,7 +186,7 @@ def jax_namespaces():
     import jax
     import jax.numpy as jnp
 
-    ns = types.SimpleNamespace(**{k: getattr(jnp, k) for k in ("sum", "mean", "tanh", "sin", "exp", "sqrt")})
+    ns = types.SimpleNamespace(**{k: getattr(jnp, k) for k in ("sum", "mean", "tanh", "sin", "exp", "sqrt", "log", "abs", "maximum")})
     ns.log_softmax = jax.nn.log_softmax
     tr = types.SimpleNamespace(jit=jax.jit, grad=jax.grad, value_and_grad=jax.value_and_grad, vmap=jax.vmap, jvp=jax.jvp)
     return ns, tr, jax.lax

@@ -189,6 +189,14 @@ class Graph:
         consts: Sequence[NodeLike] = ...,
         reverse: bool = ...,
     ) -> tuple[list[Node], list[Node]]: ...
+    def associative_scan(
+        self,
+        combine: Graph,
+        elems: Sequence[NodeLike],
+        consts: Sequence[NodeLike] = ...,
+        axis: int = ...,
+        reverse: bool = ...,
+    ) -> list[Node]: ...
     def while_loop(
         self, cond: Graph, body: Graph, init: NodeLike, consts: Sequence[NodeLike] = ..., max_trips: int = ...
     ) -> Node: ...

@@ -9,7 +9,7 @@
             return h, rnp.sum(h)
         return lax.scan(step, h0, xs)
 
-`scan`, `fori_loop` (static bounds), `map` and `cond` differentiate both ways; `while_loop` (and
+`scan`, `fori_loop` (static bounds), `map`, `cond` and `associative_scan` differentiate both ways; `while_loop` (and
 `fori_loop` with traced bounds) in forward mode only, as in JAX. The bodies are traced once into
 sub-graphs that backends run as loops and branches (`cond` runs one branch), so a 10,000-step
 scan is one node, not 10,000 copies of its body. Values the bodies close over become inputs of
@@ -25,7 +25,7 @@ import numpy as np
 from ._trace import _STACK, Trace, Tracer
 from ._tree import tree_flatten, tree_unflatten
 
-__all__ = ["cond", "fori_loop", "map", "scan", "while_loop"]
+__all__ = ["associative_scan", "cond", "fori_loop", "map", "scan", "while_loop"]
 
 # Dtypes that f64 holds exactly: a while_loop carry of mixed dtypes travels in one f64 vector.
 _EXACT_IN_F64 = ("bool", "i8", "i16", "i32", "u8", "u32", "f16", "bf16", "f32", "f64")
@@ -129,6 +129,48 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
     cs, ys = tr.graph.scan_n(body.graph, [t.node for t in inits], [t.node for t in seqs], consts, reverse)
     carry = tree_unflatten(init_tree, [Tracer(tr, n) for n in cs])
     return carry, tree_unflatten(y_tree, [Tracer(tr, n) for n in ys])
+
+
+def associative_scan(fn: Callable, elems: Any, reverse: bool = False, axis: int = 0):
+    """`jax.lax.associative_scan`: the inclusive scan of `elems` (a pytree, every leaf of one
+    length along `axis`) under `fn(a, b)`, which must be associative and act elementwise along
+    `axis` (it is traced once on the leaves' types and applied to stacked slices of them). One
+    op in the graph; backends without a kernel get the log-depth decomposition."""
+    if not _STACK:
+        return _staged(lambda e: associative_scan(fn, e, reverse=reverse, axis=axis), elems)
+    tr = _STACK[-1]
+    leaves, tree = tree_flatten(elems)
+    if not leaves:
+        raise ValueError("associative_scan: elems has no array leaves")
+    xs = [tr.lift(v) for v in leaves]
+    rank = len(xs[0].shape)
+    if not -rank <= axis < rank:
+        raise ValueError(f"associative_scan: axis {axis} is out of range for leaves of rank {rank}")
+    ax = axis % rank
+    lengths = {t.shape[ax] if len(t.shape) > ax else None for t in xs}
+    if len(lengths) != 1 or None in lengths:
+        shapes = [list(t.shape) for t in xs]
+        raise ValueError(f"associative_scan: every leaf needs one length along axis {axis}, got shapes {shapes}")
+    avals = _avals(xs)
+    n = len(xs)
+
+    def body_fn(*ls):
+        return fn(tree_unflatten(tree, list(ls[:n])), tree_unflatten(tree, list(ls[n:])))
+
+    body, out = _trace_body("combine", body_fn, avals + avals, ("tuple", ("*",) * (2 * n)))
+    o_leaves, o_tree = tree_flatten(out)
+    if o_tree != tree:
+        raise TypeError(f"associative_scan: fn returns the structure {o_tree}, elems have {tree}")
+    o_t = _lift_outputs(body, o_leaves, [_Like(dt) for _s, dt in avals])
+    for i, (t, (shape, dt)) in enumerate(zip(o_t, avals)):
+        if tuple(t.shape) != tuple(shape) or t.rlx_dtype != dt:
+            raise TypeError(
+                f"associative_scan: fn gives leaf {i} as {t.rlx_dtype}{list(t.shape)}, the leaf is {dt}{list(shape)}"
+            )
+    body.graph.set_outputs([t.node for t in o_t])
+    consts = [tr.lift(c).node for c in body.captures]
+    outs = tr.graph.associative_scan(body.graph, [t.node for t in xs], consts, ax, reverse)
+    return tree_unflatten(tree, [Tracer(tr, o) for o in outs])
 
 
 def map(f: Callable, xs: Any):

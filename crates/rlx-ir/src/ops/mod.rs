@@ -42,7 +42,7 @@ pub mod util;
 pub use attention::{Attention, HeadLayout, MaskKind, kv_dtype_fits};
 pub use binary::{Binary, BinaryKind, Compare, CompareKind};
 pub use cast::{Cast, Where};
-pub use control::{Cond, CustomFn, Scan, ScanOutput, WhileLoop};
+pub use control::{AssociativeScan, Cond, CustomFn, Scan, ScanOutput, WhileLoop};
 pub use conv::Conv2d;
 pub use cross_entropy::SoftmaxCrossEntropy;
 pub use cumsum::Cumsum;
@@ -171,6 +171,7 @@ define_ops! {
     Cond(Cond),
     Scan(Scan),
     WhileLoop(WhileLoop),
+    AssociativeScan(AssociativeScan),
 }
 
 /// CamelCase to snake_case, as serde's rename does.

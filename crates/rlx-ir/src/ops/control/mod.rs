@@ -1,6 +1,6 @@
 //! Ops that hold graphs: a custom function with its own derivative rules (`custom_fn`, as
-//! `jax.custom_vjp` / `custom_jvp`) and control flow (`cond`, `scan`, `while_loop`, and
-//! `fori_loop`, a scan over its index).
+//! `jax.custom_vjp` / `custom_jvp`), control flow (`cond`, `scan`, `while_loop`, and
+//! `fori_loop`, a scan over its index) and `associative_scan` (a combine function as a body).
 //!
 //! A body is a `Graph` whose inputs (in creation order) are the op's operands and which has no
 //! params. The reference interpreter runs bodies as written (the branch taken, the real loop).
@@ -12,12 +12,14 @@
 //! node count independent of its trip count; `while_loop` is forward-mode only.
 
 mod ad;
+mod assoc_scan;
 mod ckpt;
 mod cond;
 mod scan;
 mod while_loop;
 
 pub use ad::{NestedRules, Transforms};
+pub use assoc_scan::{AssociativeScan, combine_lengths, linear_recurrence_body};
 pub use ckpt::{checkpoint_scans, sqrt_segments};
 pub use cond::Cond;
 pub use scan::{Scan, ScanOutput};
