@@ -4,52 +4,13 @@
 //! `RLX_COMPILE_REPORT=1` prints) shrink from `T` steps of residuals to about `2 sqrt(T)`.
 
 use rlx_autodiff::{grad_with_loss, leaf};
-use rlx_driver::{CompileOptions, Device};
+use rlx_driver::CompileOptions;
 use rlx_ir::ops::control::{checkpoint_scans, sqrt_segments};
-use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Shape, interp};
-use rlx_runtime::Session;
+use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Shape};
 
-type Feeds = Vec<(String, HostTensor)>;
+mod common;
 
-fn f64s(d: &[usize], v: &[f64]) -> HostTensor {
-    HostTensor::from_f64(d, DType::F64, v).unwrap()
-}
-
-fn vals(t: &HostTensor) -> Vec<f64> {
-    t.to_f64_vec().unwrap()
-}
-
-fn named<'a>(g: &Graph, feeds: &'a Feeds) -> Vec<(&'a str, HostTensor)> {
-    let names: Vec<&str> = g.inputs().into_iter().chain(g.params()).map(|(_, n)| n).collect();
-    feeds.iter().filter(|(n, _)| names.contains(&n.as_str())).map(|(n, t)| (n.as_str(), t.clone())).collect()
-}
-
-fn eval(g: &Graph, feeds: &Feeds) -> Vec<HostTensor> {
-    interp::evaluate(g, &named(g, feeds)).unwrap_or_else(|e| panic!("{}: {e}", g.name()))
-}
-
-/// Compiles `g` for the CPU through `Session` and runs it once.
-fn cpu(g: &Graph, feeds: &Feeds) -> Vec<HostTensor> {
-    let mut c = Session::new(Device::Cpu).compile(g.clone()).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
-    let params: Vec<String> = c.params().iter().map(|(n, _)| n.clone()).collect();
-    let mut ins = vec![];
-    for (n, t) in named(g, feeds) {
-        if params.iter().any(|p| p == n) {
-            c.set_param_tensor(n, &t).unwrap();
-        } else {
-            ins.push((n, t));
-        }
-    }
-    let refs: Vec<(&str, &HostTensor)> = ins.iter().map(|(n, t)| (*n, t)).collect();
-    c.run_tensors(&refs).unwrap_or_else(|e| panic!("{} on cpu: {e}", g.name()))
-}
-
-fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let scale = want.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-    let err = got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert!(err <= tol * scale, "{what}: max error {err:e} vs scale {scale:e} (tol {tol:e})");
-}
+use common::session::{Feeds, assert_close, cpu, eval, f64s, vals};
 
 /// The checkpoint of every scan node of `g`.
 fn checkpoints(g: &Graph) -> Vec<Option<usize>> {

@@ -1,6 +1,8 @@
 //! Shared test helpers: f64 samples, evaluation, comparison.
 #![allow(dead_code)]
 
+pub mod session;
+
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Data, Graph, HostTensor, Sample, interp};
 

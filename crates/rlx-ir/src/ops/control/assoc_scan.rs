@@ -11,18 +11,7 @@ use crate::ops::util::rand_f64;
 use crate::{DType, Data, Error, Graph, HostTensor, NodeId, Op, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
 
-fn one() -> usize {
-    1
-}
-fn is_one(n: &usize) -> bool {
-    *n == 1
-}
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-fn is_false(b: &bool) -> bool {
-    !*b
-}
+use super::serde_defaults::{is_false, is_one, is_zero, one};
 
 /// `jax.lax.associative_scan`: operands `[leaves..., consts...]`, every leaf with the same length
 /// along `axis`; `body(a_leaves..., b_leaves..., consts...) -> leaves...` is the associative

@@ -18,6 +18,22 @@ mod cond;
 mod scan;
 mod while_loop;
 
+/// Defaults the loop ops' serde attributes leave out of the text form.
+mod serde_defaults {
+    pub(super) fn one() -> usize {
+        1
+    }
+    pub(super) fn is_one(n: &usize) -> bool {
+        *n == 1
+    }
+    pub(super) fn is_zero(n: &usize) -> bool {
+        *n == 0
+    }
+    pub(super) fn is_false(b: &bool) -> bool {
+        !*b
+    }
+}
+
 pub use ad::{NestedRules, Transforms};
 pub use assoc_scan::{AssociativeScan, combine_lengths, linear_recurrence_body};
 pub use ckpt::{checkpoint_scans, sqrt_segments};

@@ -16,18 +16,7 @@ pub enum ScanOutput {
     Ys,
 }
 
-fn one() -> usize {
-    1
-}
-fn is_one(n: &usize) -> bool {
-    *n == 1
-}
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-fn is_false(b: &bool) -> bool {
-    !*b
-}
+use super::serde_defaults::{is_false, is_one, is_zero, one};
 
 /// `jax.lax.scan`: `body(carries..., x_ts..., consts...) -> (carries..., ys...)` for each step
 /// `t` along the leading axis of every sequence (inputs: `[inits..., xs..., consts...]`; the
