@@ -10,7 +10,7 @@ use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Shape};
 
 mod common;
 
-use common::session::{Feeds, assert_close, cpu, eval, f64s, vals};
+use common::session::{Feeds, assert_close, cpu, eval, f64s, rnn_step, vals};
 
 /// The checkpoint of every scan node of `g`.
 fn checkpoints(g: &Graph) -> Vec<Option<usize>> {
@@ -112,18 +112,7 @@ fn checkpoint_round_trips_through_text_and_json() {
 fn rnn(t: usize) -> Graph {
     let (n, d, h) = (1, 2, 32);
     let s = |dims: &[usize]| Shape::new(dims, DType::F64);
-    let mut body = Graph::new("step");
-    let hh = body.input("h", s(&[n, h]));
-    let x = body.input("x", s(&[n, d]));
-    let wx = body.input("wx", s(&[d, h]));
-    let wh = body.input("wh", s(&[h, h]));
-    let b = body.input("b", s(&[h]));
-    let a = body.matmul(x, wx);
-    let r = body.matmul(hh, wh);
-    let z = body.add(a, r);
-    let z = body.add(z, b);
-    let hn = body.tanh(z);
-    body.set_outputs(vec![hn, hn]);
+    let body = rnn_step(n, d, h);
     let mut g = Graph::new(format!("rnn{t}"));
     let xs = g.input("xs", s(&[t, n, d]));
     let h0 = g.param("h0", s(&[n, h]));

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::session::{Feeds, assert_close, cpu, eval, f64s, vals};
+use common::session::{Feeds, assert_close, cpu, eval, f64s, rnn_step, vals};
 
 /// Nodes of `g` after the CPU pipeline, and how many of them are native loops.
 fn compiled_nodes(g: &Graph) -> (usize, usize) {
@@ -41,18 +41,7 @@ fn rnn_xs(t: usize, n: usize, d: usize) -> HostTensor {
 fn rnn(t: usize) -> Graph {
     let (n, d, h) = (2, 3, 4);
     let s = |dims: &[usize]| Shape::new(dims, DType::F64);
-    let mut body = Graph::new("step");
-    let hh = body.input("h", s(&[n, h]));
-    let x = body.input("x", s(&[n, d]));
-    let wx = body.input("wx", s(&[d, h]));
-    let wh = body.input("wh", s(&[h, h]));
-    let b = body.input("b", s(&[h]));
-    let a = body.matmul(x, wx);
-    let r = body.matmul(hh, wh);
-    let z = body.add(a, r);
-    let z = body.add(z, b);
-    let hn = body.tanh(z);
-    body.set_outputs(vec![hn, hn]);
+    let body = rnn_step(n, d, h);
     let mut g = Graph::new(format!("rnn{t}"));
     let xs = g.input("xs", s(&[t, n, d]));
     let h0 = g.param("h0", s(&[n, h]));

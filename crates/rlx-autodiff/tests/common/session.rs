@@ -2,7 +2,7 @@
 //! and the CPU through `Session`, for the loop tests.
 
 use rlx_driver::Device;
-use rlx_ir::{DType, Graph, HostTensor, interp};
+use rlx_ir::{DType, Graph, HostTensor, Shape, interp};
 use rlx_runtime::Session;
 
 /// Feeds by name; each run takes those the graph has.
@@ -51,4 +51,23 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     let scale = want.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
     let err = got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err <= tol * scale, "{what}: max error {err:e} vs scale {scale:e} (tol {tol:e})");
+}
+
+/// The RNN step `h <- tanh(x wx + h wh + b)` as a scan body (f64, batch `n`, input `d`, hidden
+/// `h`): inputs h, x, wx, wh, b; outputs the new carry and the same as the stacked output.
+pub fn rnn_step(n: usize, d: usize, h: usize) -> Graph {
+    let s = |dims: &[usize]| Shape::new(dims, DType::F64);
+    let mut body = Graph::new("step");
+    let hh = body.input("h", s(&[n, h]));
+    let x = body.input("x", s(&[n, d]));
+    let wx = body.input("wx", s(&[d, h]));
+    let wh = body.input("wh", s(&[h, h]));
+    let b = body.input("b", s(&[h]));
+    let a = body.matmul(x, wx);
+    let r = body.matmul(hh, wh);
+    let z = body.add(a, r);
+    let z = body.add(z, b);
+    let hn = body.tanh(z);
+    body.set_outputs(vec![hn, hn]);
+    body
 }
