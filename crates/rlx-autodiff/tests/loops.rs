@@ -11,7 +11,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::session::{Feeds, assert_close, cpu, eval, f64s, rnn_step, vals};
+use common::session::{Feeds, assert_close, cpu, eval, f64s, multi_scan, rnn_step, vals};
 
 /// Nodes of `g` after the CPU pipeline, and how many of them are native loops.
 fn compiled_nodes(g: &Graph) -> (usize, usize) {
@@ -185,41 +185,6 @@ fn unrolled(g: &Graph) -> Graph {
     out
 }
 
-/// Two carries (one integer), two sequences, a const, reversed: every result used.
-fn multi_scan() -> Graph {
-    let s = |d: &[usize]| Shape::new(d, DType::F64);
-    let mut b = Graph::new("body");
-    let h = b.input("h", s(&[3]));
-    let k = b.input("k", Shape::new(&[], DType::I64));
-    let x = b.input("x", s(&[3]));
-    let u = b.input("u", s(&[]));
-    let w = b.input("w", s(&[3]));
-    let a = b.mul(h, w);
-    let a = b.add(a, x);
-    let su = b.sin(u);
-    let a = b.mul(a, su);
-    let hn = b.tanh(a);
-    let one = b.constant(HostTensor::from_i64(&[], DType::I64, &[1]).unwrap());
-    let kn = b.add(k, one);
-    let y = b.mul(hn, x);
-    b.set_outputs(vec![hn, kn, y]);
-    let mut g = Graph::new("multi");
-    let h0 = g.input("h0", s(&[3]));
-    let k0 = g.constant(HostTensor::from_i64(&[], DType::I64, &[0]).unwrap());
-    let xs = g.input("xs", s(&[6, 3]));
-    let us = g.input("us", s(&[6]));
-    let w = g.param("w", s(&[3]));
-    let (c, y) = g.scan_n(b, &[h0, k0], &[xs, us], &[w], true);
-    let kf = g.cast_to(c[1], DType::F64);
-    let l1 = g.sum_all(c[0]);
-    let l2 = g.square(y[0]);
-    let l2 = g.sum_all(l2);
-    let l = g.add(l1, l2);
-    let l = g.mul(l, kf);
-    g.set_outputs(vec![l]);
-    g
-}
-
 fn multi_feeds() -> Feeds {
     let r = |n: usize, seed: u64| rlx_ir::ops::util::rand_f64(n, -1.0, 1.0, seed);
     vec![
@@ -237,7 +202,7 @@ fn multi_feeds() -> Feeds {
 /// on the reference and on the CPU, for a reversed scan with several carries and sequences.
 #[test]
 fn scan_rules_match_the_unrolled_loop() {
-    let g = multi_scan();
+    let g = multi_scan(6, true);
     let u = unrolled(&g);
     let feeds = multi_feeds();
     let names = ["h0", "xs", "us", "w"];
@@ -398,7 +363,7 @@ fn cond_and_fori_loop_run_on_the_cpu() {
 /// text and JSON forms: the sub-graphs print as their ops' attributes and parse back equal.
 #[test]
 fn loop_graphs_round_trip_through_text_and_json() {
-    let g = multi_scan();
+    let g = multi_scan(6, true);
     let ids: Vec<NodeId> = ["h0", "xs", "us", "w"].iter().map(|n| leaf(&g, n).unwrap()).collect();
     for h in [grad_with_loss(&g, &ids).unwrap(), jvp(&g, &["h0", "w"]).unwrap(), newton(usize::MAX)] {
         let text = h.to_text();
@@ -413,7 +378,7 @@ fn loop_graphs_round_trip_through_text_and_json() {
 /// example alone, on the reference and on the CPU.
 #[test]
 fn vmap_of_a_scan_is_a_scan() {
-    let g = multi_scan();
+    let g = multi_scan(6, true);
     let v = rlx_autodiff::vmap(&g, &["h0", "us"], 3).unwrap();
     assert!(compiled_nodes(&v).1 >= 1);
     assert!(v.len() < 40, "{} nodes", v.len());

@@ -20,6 +20,18 @@ pub enum KernelRegistryError {
     },
 }
 
+/// Why a crate's `register()` (its ops and their CPU kernels) failed: the shared error of the
+/// custom-op crates.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// An op's name is taken.
+    #[error(transparent)]
+    Op(#[from] rlx_ir::custom::RegistryError),
+    /// Another CPU kernel holds a name.
+    #[error(transparent)]
+    Kernel(#[from] KernelRegistryError),
+}
+
 struct Entry {
     dtypes: &'static [DType],
     build: KernelBuilder,

@@ -17,10 +17,9 @@
 //! ```
 #![warn(missing_docs)]
 
-use rlx_cpu::custom::KernelRegistryError;
 use rlx_cpu::exec::Bufs;
 use rlx_cpu::kernels::{Kernel, KernelCtx, unsupported};
-use rlx_ir::custom::{CustomOpDef, RegistryError};
+use rlx_ir::custom::CustomOpDef;
 use rlx_ir::ops::util::rand_f64;
 use rlx_ir::{DType, Data, Error, Graph, HostTensor, NodeId, Op, OpDef, OpTraits, Result, Sample, Shape, op::Arity};
 use serde::{Deserialize, Serialize};
@@ -126,16 +125,8 @@ fn cpu_kernel(ctx: &KernelCtx<'_>) -> Result<Kernel> {
     }))
 }
 
-/// Why `register` failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    /// The op's name is taken.
-    #[error(transparent)]
-    Op(#[from] RegistryError),
-    /// Another CPU kernel holds the name.
-    #[error(transparent)]
-    Kernel(#[from] KernelRegistryError),
-}
+/// Why `register` failed (shared by the custom-op crates).
+pub use rlx_cpu::custom::RegisterError;
 
 /// Registers the op and its f32 CPU kernel (idempotent).
 pub fn register() -> std::result::Result<(), RegisterError> {

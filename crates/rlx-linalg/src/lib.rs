@@ -63,20 +63,12 @@ pub use qr::{Qr, QrPart, qr};
 pub use solve::{Solve, solve};
 pub use svd::{Svd, SvdPart, svd};
 
-use rlx_cpu::custom::{KernelRegistryError, register_kernel};
+use rlx_cpu::custom::register_kernel;
 use rlx_ir::DType;
-use rlx_ir::custom::{CustomOpDef, RegistryError, register as register_op};
+use rlx_ir::custom::{CustomOpDef, register as register_op};
 
-/// Why `register` failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    /// An op's name is taken.
-    #[error(transparent)]
-    Op(#[from] RegistryError),
-    /// Another CPU kernel holds an op's name.
-    #[error(transparent)]
-    Kernel(#[from] KernelRegistryError),
-}
+/// Why `register` failed (shared by the custom-op crates).
+pub use rlx_cpu::custom::RegisterError;
 
 /// The dtypes the CPU kernels take.
 const DTYPES: &[DType] = &[DType::F32, DType::F64];

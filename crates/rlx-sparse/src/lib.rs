@@ -49,8 +49,7 @@ pub use csr::{Csr, CsrNodes};
 pub use ops::{CsrMatMul, CsrSddmm};
 pub use solve::{CgSolve, LuSolve};
 
-use rlx_cpu::custom::KernelRegistryError;
-use rlx_ir::custom::{CustomOpDef, RegistryError};
+use rlx_ir::custom::CustomOpDef;
 use rlx_ir::{DType, Graph, NodeId};
 
 /// What went wrong in a sparse computation; each variant names the op (or function).
@@ -126,16 +125,8 @@ impl SparseError {
     }
 }
 
-/// Why `register` failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    /// An op's name is taken.
-    #[error(transparent)]
-    Op(#[from] RegistryError),
-    /// Another CPU kernel holds a name.
-    #[error(transparent)]
-    Kernel(#[from] KernelRegistryError),
-}
+/// Why `register` failed (shared by the custom-op crates).
+pub use rlx_cpu::custom::RegisterError;
 
 /// Registers the four ops and their CPU kernels (idempotent).
 pub fn register() -> Result<(), RegisterError> {

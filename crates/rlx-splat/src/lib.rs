@@ -36,8 +36,7 @@ mod raster;
 pub use ops::{Camera, SplatRender, SplatRenderGrad};
 pub use raster::{Scene, backward, render};
 
-use rlx_cpu::custom::KernelRegistryError;
-use rlx_ir::custom::{CustomOpDef, RegistryError};
+use rlx_ir::custom::CustomOpDef;
 use rlx_ir::{DType, Graph, NodeId};
 
 /// What went wrong; each variant names the op and, where one is at fault, the input.
@@ -88,16 +87,8 @@ impl From<SplatError> for rlx_ir::Error {
     }
 }
 
-/// Why `register` failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    /// An op's name is taken.
-    #[error(transparent)]
-    Op(#[from] RegistryError),
-    /// Another CPU kernel holds a name.
-    #[error(transparent)]
-    Kernel(#[from] KernelRegistryError),
-}
+/// Why `register` failed (shared by the custom-op crates).
+pub use rlx_cpu::custom::RegisterError;
 
 /// Registers both ops and their f32 / f64 CPU kernels (idempotent).
 pub fn register() -> Result<(), RegisterError> {

@@ -71,3 +71,38 @@ pub fn rnn_step(n: usize, d: usize, h: usize) -> Graph {
     body.set_outputs(vec![hn, hn]);
     body
 }
+
+/// Two carries (one integer), two sequences, a const, `reverse` as given: every result used.
+pub fn multi_scan(t: usize, reverse: bool) -> Graph {
+    let s = |d: &[usize]| Shape::new(d, DType::F64);
+    let mut b = Graph::new("body");
+    let h = b.input("h", s(&[3]));
+    let k = b.input("k", Shape::new(&[], DType::I64));
+    let x = b.input("x", s(&[3]));
+    let u = b.input("u", s(&[]));
+    let w = b.input("w", s(&[3]));
+    let a = b.mul(h, w);
+    let a = b.add(a, x);
+    let su = b.sin(u);
+    let a = b.mul(a, su);
+    let hn = b.tanh(a);
+    let one = b.constant(HostTensor::from_i64(&[], DType::I64, &[1]).unwrap());
+    let kn = b.add(k, one);
+    let y = b.mul(hn, x);
+    b.set_outputs(vec![hn, kn, y]);
+    let mut g = Graph::new("multi");
+    let h0 = g.input("h0", s(&[3]));
+    let k0 = g.constant(HostTensor::from_i64(&[], DType::I64, &[0]).unwrap());
+    let xs = g.input("xs", s(&[t, 3]));
+    let us = g.input("us", s(&[t]));
+    let w = g.param("w", s(&[3]));
+    let (c, y) = g.scan_n(b, &[h0, k0], &[xs, us], &[w], reverse);
+    let kf = g.cast_to(c[1], DType::F64);
+    let l1 = g.sum_all(c[0]);
+    let l2 = g.square(y[0]);
+    let l2 = g.sum_all(l2);
+    let l = g.add(l1, l2);
+    let l = g.mul(l, kf);
+    g.set_outputs(vec![l]);
+    g
+}

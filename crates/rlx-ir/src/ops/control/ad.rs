@@ -303,19 +303,9 @@ impl Scan {
             checkpoint: None,
         };
         // 4. Its operands: the given cotangents where they belong, zeros elsewhere.
-        let given = |g: &mut Graph, o: ScanOutput, i: usize| {
-            let mut sum: Option<NodeId> = None;
-            for &(_, _, c) in cts.iter().filter(|(co, ci, _)| *co == o && *ci == i) {
-                sum = Some(match sum {
-                    Some(s) => g.add(s, c),
-                    None => c,
-                });
-            }
-            sum
-        };
         let mut rins = vec![];
         for &i in &cf {
-            let c = given(g, ScanOutput::Carry, i);
+            let c = given(g, cts, ScanOutput::Carry, i);
             rins.push(c.unwrap_or_else(|| zeros_like(g, ins[i])));
         }
         for &k in &kf {
@@ -326,7 +316,7 @@ impl Scan {
         for &j in &yf {
             let mut d = vec![len];
             d.extend(bouts[nc + j].fixed_dims().unwrap_or_default());
-            let c = given(g, ScanOutput::Ys, j);
+            let c = given(g, cts, ScanOutput::Ys, j);
             rins.push(c.unwrap_or_else(|| g.full(Shape::new(&d, bouts[nc + j].dtype), 0.0)));
         }
         rins.extend_from_slice(&stacked);
@@ -616,4 +606,16 @@ impl NestedRules for WhileLoop {
                 .into(),
         }))
     }
+}
+
+/// The sum of the cotangents in `cts` given for result `o` / `i`.
+pub(super) fn given(g: &mut Graph, cts: &[(ScanOutput, usize, NodeId)], o: ScanOutput, i: usize) -> Option<NodeId> {
+    let mut sum: Option<NodeId> = None;
+    for &(_, _, c) in cts.iter().filter(|(co, ci, _)| *co == o && *ci == i) {
+        sum = Some(match sum {
+            Some(s) => g.add(s, c),
+            None => c,
+        });
+    }
+    sum
 }

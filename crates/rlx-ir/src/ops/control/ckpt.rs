@@ -7,7 +7,7 @@
 //! `T / k` carries in the outer graph and `k` steps of residuals in the loop body, instead of
 //! `T` of each; cost: one more forward pass.
 
-use super::ad::{Transforms, add, float_at, given_ys, hoist_invariants, transform_err, trips_of};
+use super::ad::{Transforms, add, float_at, given, given_ys, hoist_invariants, transform_err, trips_of};
 use super::{Scan, ScanOutput};
 use crate::ops::rules::{dims, zeros_like};
 use crate::{Graph, NodeId, Op, Result, Shape};
@@ -30,18 +30,6 @@ fn segments(g: &mut Graph, x: NodeId, segs: usize, k: usize) -> NodeId {
     let mut nd = vec![segs, k];
     nd.extend_from_slice(&d[1..]);
     g.reshape(x, &nd)
-}
-
-/// The sum of the cotangents in `cts` given for result `o` / `i`.
-fn given(g: &mut Graph, cts: &[(ScanOutput, usize, NodeId)], o: ScanOutput, i: usize) -> Option<NodeId> {
-    let mut sum: Option<NodeId> = None;
-    for &(_, _, c) in cts.iter().filter(|(co, ci, _)| *co == o && *ci == i) {
-        sum = Some(match sum {
-            Some(s) => g.add(s, c),
-            None => c,
-        });
-    }
-    sum
 }
 
 impl Scan {
