@@ -7,6 +7,7 @@
 //! (copied first only when its rows alias in L1, `restride_a`).
 
 use super::blocked::{RowBands, direct_a, even_span, gemm_direct, kc_for};
+use super::caches;
 use super::{BSrc, DIRECT_A_BYTES, Epilogue, GROUP_PANELS, GemmElem, Kernel, MAX_TASKS, MatMut, MatRef, restride_a};
 use crate::threads;
 use std::sync::Mutex;
@@ -168,8 +169,12 @@ pub(super) unsafe fn grid<T: GemmElem>(
     // Column blocks of about GROUP_PANELS panels.
     let mut col_blocks = tiles_n.div_ceil(GROUP_PANELS);
     // B packed by the tasks: one band of columns per thread (a whole number of column blocks
-    // each), run down each column block in turn, so each thread packs the panels it reads.
-    let col_bands = lazy.is_some() && threads > 1;
+    // each), run down each column block in turn, so each thread packs the panels it reads. A B
+    // packed ahead of time as well where it outgrows the threads' L2 caches together: with a band
+    // of rows each, every thread would stream all of it from L3 or DRAM (session 34 in
+    // docs/benchmarks-history.md); smaller weights keep the row bands.
+    let b_bytes = tiles_n * nr * k * size;
+    let col_bands = threads > 1 && (lazy.is_some() || (b.prepacked() && b_bytes > threads * caches::l2_bytes()));
     let fitting_rows = tiles_m.div_ceil(rb_tiles);
     let bands = RowBands::new(fitting_rows, tiles_m, threads);
     let mut row_blocks = bands.row_blocks;

@@ -17,6 +17,7 @@ mod avx512_full;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx512_full::{f32_packb_full, f32_strided_full};
 mod blocked;
+pub mod caches;
 mod gemv;
 mod grid;
 pub mod half;
