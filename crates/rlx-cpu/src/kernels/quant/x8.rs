@@ -47,6 +47,12 @@ pub(super) const fn run_len(wide: bool, bits: u32) -> usize {
     if wide { 8 } else { 32767 / (2 * ((1 << bits) - 1) * 128) }
 }
 
+/// How many group blocks ahead of the one being read the decode kernels (`q4k`, `q6k`) prefetch:
+/// a thread's groups lie in order in memory, and on a Sapphire Rapids host the hardware
+/// prefetcher alone left decode reading weights at half the memory's rate (session 34 in
+/// docs/benchmarks-history.md).
+const AHEAD_BLOCKS: usize = 4;
+
 /// Prefetches into L2 the `gb` bytes `dist` past `p`: the batched kernels pass the same block
 /// of the groups the thread takes next (its share of groups lies in order in memory), which
 /// the hardware prefetcher alone left them waiting for. Into L1 it evicted the activations.
@@ -107,6 +113,7 @@ macro_rules! x8 {
                     // SAFETY: block bi of the group (asserted above); 256 activations.
                     unsafe {
                         let p = w.as_ptr().add(bi * gb);
+                        prefetch_ahead(p, gb, AHEAD_BLOCKS * gb);
                         let q8 = a.qs.as_ptr();
                         // Eight independent sums (one per 32-value sub-block), advanced in turn,
                         // so the dot products' latency overlaps; widened every `run` steps.
@@ -165,6 +172,7 @@ macro_rules! x8 {
                     // SAFETY: block bi of the group (asserted above); 256 activations, 16 sums.
                     unsafe {
                         let p = w.as_ptr().add(bi * Q6K_GB);
+                        prefetch_ahead(p, Q6K_GB, AHEAD_BLOCKS * Q6K_GB);
                         let q8 = a.qs.as_ptr();
                         let (mut isum, mut off) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                         for pr in 0..8 {
