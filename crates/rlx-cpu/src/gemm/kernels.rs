@@ -23,7 +23,7 @@ fn avx512_kc() -> usize {
 
 /// Whether the CPU runs 512-bit FMAs as two 256-bit halves: AMD before family 0x1A (Zen 5).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn zmm_fma_split() -> bool {
+pub(crate) fn zmm_fma_split() -> bool {
     let (vendor, sig) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
     let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
     let base = (sig.eax >> 8) & 0xf;

@@ -42,6 +42,8 @@ pub(crate) use blocked::aligned_buf;
 pub(crate) use blocked::{RowBands, even_span};
 use blocked::{direct_a, gemm_block, gemm_shared};
 pub use grid::set_lazy_b_packing;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use kernels::zmm_fma_split;
 use slots::PackSlots;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -421,13 +421,35 @@ impl BuiltQMatMul {
             match shared.get(b.input_version(1), w) {
                 Some(packed) => {
                     repack::pair_sums_for(scheme, &act, &mut ps);
-                    repack::matvec(isa, scheme, packed, &act, &ps, n, k, y);
+                    decode_matvec(isa, scheme, packed, &act, &ps, (n, k), y);
                 }
                 None => matmul_rows(&act, k / 256, w, rb, n, y, f),
             }
             Ok(())
         })
     }
+}
+
+/// The decode product over repacked weights: two groups to a 512-bit vector where the CPU has
+/// AVX-512 VNNI and runs 512-bit operations whole (`x16gemm`, through the batched driver with one
+/// activation row), else a group at a time. On a Sapphire Rapids host the 256-bit kernels'
+/// arithmetic, not memory, bounded decode; where 512-bit operations split in two (Zen 4) the
+/// 256-bit kernels already stream at the memory's rate (session 34 in
+/// docs/benchmarks-history.md).
+fn decode_matvec(
+    isa: Isa,
+    s: QuantScheme,
+    packed: &[u8],
+    act: &[Q8K],
+    ps: &[[i32; 4]],
+    (n, k): (usize, usize),
+    y: OutPtr,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni && x16gemm::available() && !crate::gemm::zmm_fma_split() {
+        return x8gemm::gemm(isa, s, packed, act, ps, (1, k), n, y);
+    }
+    repack::matvec(isa, s, packed, act, ps, n, k, y)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -281,8 +281,13 @@ fn repacked_groups_match_the_row_path_exactly_and_the_dequantized_reference() {
 fn compiled_decode_repacks_per_param_version() {
     use rlx_ir::{DType, Graph, Shape};
     let cpu = crate::CpuBackend::new();
-    for s in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q8_0] {
-        let (n, k) = (21, 512);
+    // 21 rows: a pair of full groups then a short one alone; 12: a full group paired with a
+    // short one (the 512-bit pair kernels where the CPU has them).
+    for (s, n) in [QuantScheme::Q4_K, QuantScheme::Q5_K, QuantScheme::Q6_K, QuantScheme::Q8_0]
+        .into_iter()
+        .flat_map(|s| [(s, 21), (s, 12)])
+    {
+        let k = 512;
         let rb = s.row_bytes(k).unwrap();
         let mut g = Graph::new("decode");
         let x = g.input("x", Shape::new(&[1, k], DType::F32));
