@@ -38,12 +38,21 @@ fn mixed_prefill_and_decode_steps_match_the_full_forward_pass() {
         let mut m = PagedModel::new(model(file, 16, kv), cfg(16)).unwrap();
         let free0 = m.free_pages();
         let ids: Vec<_> = (0..3).map(|_| m.add_sequence()).collect();
-        // Step 1: sequence 0's first 5 tokens (a chunk); step 2: its last 5 (chunk) and all of
-        // sequence 1; then sequence 2 starts with 3 tokens while 0 and 1 decode from their
-        // cached state (decode rows feed the next token of the known sequence).
+        // Step 1: sequence 0's first 5 tokens (a chunk); step 2: 3 more (chunk) and sequence 1's
+        // first 4; step 3: the rest of both while sequence 2 starts with 3 tokens; then 1 and 2
+        // decode from their cached state (decode rows feed the next token of the known sequence).
+        // Every step stays within the 8-row bucket, as the full passes (7 and 10 rows) stay
+        // under 16: from 16 rows AMX hosts take the bf16 prefill kernels, whose rounding differs
+        // from the int8 kernels' by more than the tolerance on this random model.
         let mut pos = [0usize; 3];
-        let plan: Vec<Vec<(usize, usize)>> =
-            vec![vec![(0, 5)], vec![(0, 5), (1, 6)], vec![(1, 1), (2, 3)], vec![(2, 1)], vec![(2, 1)], vec![(2, 2)]];
+        let plan: Vec<Vec<(usize, usize)>> = vec![
+            vec![(0, 5)],
+            vec![(0, 3), (1, 4)],
+            vec![(0, 2), (1, 2), (2, 3)],
+            vec![(1, 1), (2, 1)],
+            vec![(2, 1)],
+            vec![(2, 2)],
+        ];
         for step in plan {
             for &(s, n) in &step {
                 assert!(m.reserve(ids[s], pos[s] + n).unwrap());
