@@ -22,13 +22,17 @@ fn avx512_kc() -> usize {
 }
 
 /// Whether the CPU runs 512-bit FMAs as two 256-bit halves: AMD before family 0x1A (Zen 5).
+/// Read once: `cpuid` traps to the hypervisor in a VM.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn zmm_fma_split() -> bool {
-    let (vendor, sig) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
-    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-    let base = (sig.eax >> 8) & 0xf;
-    let family = if base == 0xf { base + ((sig.eax >> 20) & 0xff) } else { base };
-    amd && family < 0x1a
+    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SPLIT.get_or_init(|| {
+        let (vendor, sig) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let base = (sig.eax >> 8) & 0xf;
+        let family = if base == 0xf { base + ((sig.eax >> 20) & 0xff) } else { base };
+        amd && family < 0x1a
+    })
 }
 
 /// `PackTileFn` for the AVX-512 12 x 32 f32 tile (`f32_packb_full`).

@@ -414,6 +414,8 @@ impl BuiltQMatMul {
         let mut act = vec![Q8K::default(); k / 256];
         let mut ps = vec![[0i32; 4]; k / 256];
         let mut shared = packed::Shared::new(scheme, n, k);
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // The pair kernels are x86 only.
+        let pairs = decode_pairs(isa);
         Box::new(move |b: &Bufs<'_>| {
             dot::quantize_q8k(b.input::<f32>(0), &mut act);
             let y = OutPtr(b.output::<f32>().as_mut_ptr());
@@ -421,7 +423,12 @@ impl BuiltQMatMul {
             match shared.get(b.input_version(1), w) {
                 Some(packed) => {
                     repack::pair_sums_for(scheme, &act, &mut ps);
-                    decode_matvec(isa, scheme, packed, &act, &ps, (n, k), y);
+                    #[cfg(target_arch = "x86_64")]
+                    if pairs {
+                        x8gemm::gemm(isa, scheme, packed, &act, &ps, (1, k), n, y);
+                        return Ok(());
+                    }
+                    repack::matvec(isa, scheme, packed, &act, &ps, n, k, y);
                 }
                 None => matmul_rows(&act, k / 256, w, rb, n, y, f),
             }
@@ -430,26 +437,22 @@ impl BuiltQMatMul {
     }
 }
 
-/// The decode product over repacked weights: two groups to a 512-bit vector where the CPU has
-/// AVX-512 VNNI and runs 512-bit operations whole (`x16gemm`, through the batched driver with one
-/// activation row), else a group at a time. On a Sapphire Rapids host the 256-bit kernels'
+/// Whether decode over repacked weights takes two groups to a 512-bit vector (`x16gemm`, through
+/// the batched driver with one activation row) instead of a group at a time: where the CPU has
+/// AVX-512 VNNI and runs 512-bit operations whole. On a Sapphire Rapids host the 256-bit kernels'
 /// arithmetic, not memory, bounded decode; where 512-bit operations split in two (Zen 4) the
 /// 256-bit kernels already stream at the memory's rate (session 34 in
 /// docs/benchmarks-history.md).
-fn decode_matvec(
-    isa: Isa,
-    s: QuantScheme,
-    packed: &[u8],
-    act: &[Q8K],
-    ps: &[[i32; 4]],
-    (n, k): (usize, usize),
-    y: OutPtr,
-) {
+fn decode_pairs(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Vnni && x16gemm::available() && !crate::gemm::zmm_fma_split() {
-        return x8gemm::gemm(isa, s, packed, act, ps, (1, k), n, y);
+    {
+        isa == Isa::Vnni && x16gemm::available() && !crate::gemm::zmm_fma_split()
     }
-    repack::matvec(isa, s, packed, act, ps, n, k, y)
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
