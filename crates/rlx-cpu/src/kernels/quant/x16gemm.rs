@@ -6,7 +6,6 @@
 
 use super::dot::Q8K;
 use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC};
-use super::x8::prefetch_ahead;
 use std::arch::x86_64::*;
 
 /// Output lanes: eight rows of each of the two groups.
@@ -21,6 +20,32 @@ pub fn available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("f16c")
+}
+
+/// How many group blocks ahead of the one being read the kernels prefetch into L2, a line or two
+/// of both groups per step of a block's loop. A whole block's prefetches in a burst at its start
+/// stalled the loads behind them once the fill buffers ran out (session 35 in
+/// docs/benchmarks-history.md).
+const AHEAD_BLOCKS: usize = 2;
+
+/// Bytes from the start of block `b` (of `nb` blocks of `gb` bytes a group) to the block
+/// `AHEAD_BLOCKS` on in the thread's order: in the same group, else in the next pair's (a
+/// thread's pairs lie in order in memory, the next one `2 nb` blocks on).
+#[inline(always)]
+fn ahead(b: usize, nb: usize, gb: usize) -> usize {
+    if b + AHEAD_BLOCKS < nb { AHEAD_BLOCKS * gb } else { (nb + AHEAD_BLOCKS) * gb }
+}
+
+/// Prefetches into L2 line `line` of the blocks at `fa` and `fb`, where a block of `gb` bytes has it.
+#[inline(always)]
+fn prefetch_line(fa: *const u8, fb: *const u8, line: usize, gb: usize) {
+    if line * 64 < gb {
+        // SAFETY: a prefetch never faults, whatever the address (past the weights it is dropped).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(fa.wrapping_add(64 * line) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(fb.wrapping_add(64 * line) as *const i8);
+        }
+    }
 }
 
 /// The 32 bytes at `a` in the low half, those at `b` in the high half.
@@ -94,8 +119,8 @@ pub unsafe fn q4k<const Q5: bool, const M: usize>(
         // SAFETY: block b of both groups and of each activation row (asserted above).
         unsafe {
             let (pa, pb) = (wa.as_ptr().add(b * gb), wb.as_ptr().add(b * gb));
-            prefetch_ahead(pa, gb, 2 * nb * gb);
-            prefetch_ahead(pb, gb, 2 * nb * gb);
+            let ahead = ahead(b, nb, gb);
+            let (fa, fb) = (pa.wrapping_add(ahead), pb.wrapping_add(ahead));
             let q8: [*const i8; M] = std::array::from_fn(|i| a[i * nb + b].qs.as_ptr());
             let mut isum = [_mm512_setzero_si512(); M];
             for c in 0..4 {
@@ -105,6 +130,8 @@ pub unsafe fn q4k<const Q5: bool, const M: usize>(
                 let sh = scales2(pa.add(40 + 16 * c), pb.add(40 + 16 * c));
                 let (mut lo, mut hi) = ([_mm512_setzero_si512(); M], [_mm512_setzero_si512(); M]);
                 for g in 0..8 {
+                    // 32 steps a block, one line of each group a step (Q5_K's block has 23).
+                    prefetch_line(fa, fb, 8 * c + g, gb);
                     let q = load2(pa.add(qs + 256 * c + 32 * g), pb.add(qs + 256 * c + 32 * g));
                     let mut ql = _mm512_and_si512(q, m4);
                     let mut qh = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
@@ -161,8 +188,8 @@ pub unsafe fn q6k<const M: usize>((wa, wb): (&[u8], &[u8]), a: &[Q8K], nb: usize
         // SAFETY: block b of both groups and of each activation row (asserted above).
         unsafe {
             let (pa, pb) = (wa.as_ptr().add(b * Q6K_GB), wb.as_ptr().add(b * Q6K_GB));
-            prefetch_ahead(pa, Q6K_GB, 2 * nb * Q6K_GB);
-            prefetch_ahead(pb, Q6K_GB, 2 * nb * Q6K_GB);
+            let ahead = ahead(b, nb, Q6K_GB);
+            let (fa, fb) = (pa.wrapping_add(ahead), pb.wrapping_add(ahead));
             let act: [&Q8K; M] = std::array::from_fn(|i| &a[i * nb + b]);
             let (mut isum, mut off) = ([_mm512_setzero_si512(); M], [_mm512_setzero_si512(); M]);
             for pr in 0..8 {
@@ -175,6 +202,9 @@ pub unsafe fn q6k<const M: usize>((wa, wb): (&[u8], &[u8]), a: &[Q8K], nb: usize
                 let sc = [_mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(v)), _mm512_srai_epi32::<16>(v)];
                 for (e, &sc) in sc.iter().enumerate() {
                     let g = 2 * pr + e;
+                    // 16 steps a block: two lines of each group a step (the block has 27).
+                    prefetch_line(fa, fb, 2 * g, Q6K_GB);
+                    prefetch_line(fa, fb, 2 * g + 1, Q6K_GB);
                     let (qa, qb, qh) = (
                         load2(pa.add(Q6K_QS + 96 * g), pb.add(Q6K_QS + 96 * g)),
                         load2(pa.add(Q6K_QS + 96 * g + 32), pb.add(Q6K_QS + 96 * g + 32)),
