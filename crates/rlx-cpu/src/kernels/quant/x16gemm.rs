@@ -6,6 +6,7 @@
 
 use super::dot::Q8K;
 use super::repack::{Q4K_GB, Q5K_GB, Q5K_QH, Q5K_QS, Q6K_D, Q6K_GB, Q6K_QS, Q6K_SC};
+use super::x8::{self, AHEAD_BLOCKS};
 use std::arch::x86_64::*;
 
 /// Output lanes: eight rows of each of the two groups.
@@ -22,12 +23,6 @@ pub fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// How many group blocks ahead of the one being read the kernels prefetch into L2, a line or two
-/// of both groups per step of a block's loop. A whole block's prefetches in a burst at its start
-/// stalled the loads behind them once the fill buffers ran out (session 35 in
-/// docs/benchmarks-history.md).
-const AHEAD_BLOCKS: usize = 2;
-
 /// Bytes from the start of block `b` (of `nb` blocks of `gb` bytes a group) to the block
 /// `AHEAD_BLOCKS` on in the thread's order: in the same group, else in the next pair's (a
 /// thread's pairs lie in order in memory, the next one `2 nb` blocks on).
@@ -36,16 +31,11 @@ fn ahead(b: usize, nb: usize, gb: usize) -> usize {
     if b + AHEAD_BLOCKS < nb { AHEAD_BLOCKS * gb } else { (nb + AHEAD_BLOCKS) * gb }
 }
 
-/// Prefetches into L2 line `line` of the blocks at `fa` and `fb`, where a block of `gb` bytes has it.
+/// `x8::prefetch_line` for both groups of a pair.
 #[inline(always)]
 fn prefetch_line(fa: *const u8, fb: *const u8, line: usize, gb: usize) {
-    if line * 64 < gb {
-        // SAFETY: a prefetch never faults, whatever the address (past the weights it is dropped).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T1>(fa.wrapping_add(64 * line) as *const i8);
-            _mm_prefetch::<_MM_HINT_T1>(fb.wrapping_add(64 * line) as *const i8);
-        }
-    }
+    x8::prefetch_line(fa, line, gb);
+    x8::prefetch_line(fb, line, gb);
 }
 
 /// The 32 bytes at `a` in the low half, those at `b` in the high half.

@@ -47,11 +47,22 @@ pub(super) const fn run_len(wide: bool, bits: u32) -> usize {
     if wide { 8 } else { 32767 / (2 * ((1 << bits) - 1) * 128) }
 }
 
-/// How many group blocks ahead of the one being read the decode kernels (`q4k`, `q6k`) prefetch:
-/// a thread's groups lie in order in memory, and on a Sapphire Rapids host the hardware
-/// prefetcher alone left decode reading weights at half the memory's rate (session 34 in
-/// docs/benchmarks-history.md).
-const AHEAD_BLOCKS: usize = 4;
+/// How many group blocks ahead of the one being read the decode kernels (`q4k`, `q6k`, and the
+/// pair kernels of `x16gemm`) prefetch into L2, a line or two per step of a block's loop (a
+/// thread's groups lie in order in memory). On a Sapphire Rapids host the hardware prefetcher
+/// alone left decode reading weights at half the memory's rate, and a whole block's prefetches in
+/// a burst at its start stalled the loads behind them once the fill buffers ran out; two blocks
+/// ahead beat one, three and four (sessions 34 and 35 in docs/benchmarks-history.md).
+pub(super) const AHEAD_BLOCKS: usize = 2;
+
+/// Prefetches into L2 line `line` of the block at `p`, where a block of `gb` bytes has it.
+#[inline(always)]
+pub(super) fn prefetch_line(p: *const u8, line: usize, gb: usize) {
+    if line * 64 < gb {
+        // SAFETY: a prefetch never faults, whatever the address (past the weights it is dropped).
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(64 * line) as *const i8) };
+    }
+}
 
 /// Prefetches into L2 the `gb` bytes `dist` past `p`: the batched kernels pass the same block
 /// of the groups the thread takes next (its share of groups lies in order in memory), which
@@ -113,7 +124,7 @@ macro_rules! x8 {
                     // SAFETY: block bi of the group (asserted above); 256 activations.
                     unsafe {
                         let p = w.as_ptr().add(bi * gb);
-                        prefetch_ahead(p, gb, AHEAD_BLOCKS * gb);
+                        let ahead = p.wrapping_add(AHEAD_BLOCKS * gb);
                         let q8 = a.qs.as_ptr();
                         // Eight independent sums (one per 32-value sub-block), advanced in turn,
                         // so the dot products' latency overlaps; widened every `run` steps.
@@ -124,6 +135,8 @@ macro_rules! x8 {
                             for g in g0..g0 + run {
                                 let h = if Q5 { load(p.add(Q5K_QH + 32 * g)) } else { _mm256_setzero_si256() };
                                 for c in 0..4 {
+                                    // 32 steps a block, a line a step (Q5_K's block has 23).
+                                    prefetch_line(ahead, 4 * g + c, gb);
                                     let q = load(p.add(qs + 256 * c + 32 * g));
                                     let mut lo = _mm256_and_si256(q, m4);
                                     let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
@@ -172,7 +185,7 @@ macro_rules! x8 {
                     // SAFETY: block bi of the group (asserted above); 256 activations, 16 sums.
                     unsafe {
                         let p = w.as_ptr().add(bi * Q6K_GB);
-                        prefetch_ahead(p, Q6K_GB, AHEAD_BLOCKS * Q6K_GB);
+                        let ahead = p.wrapping_add(AHEAD_BLOCKS * Q6K_GB);
                         let q8 = a.qs.as_ptr();
                         let (mut isum, mut off) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                         for pr in 0..8 {
@@ -183,6 +196,9 @@ macro_rules! x8 {
                             let sc = [_mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(v)), _mm256_srai_epi32::<16>(v)];
                             for (e, &sc) in sc.iter().enumerate() {
                                 let g = 2 * pr + e;
+                                // 16 steps a block: two lines a step (the block has 27).
+                                prefetch_line(ahead, 2 * g, Q6K_GB);
+                                prefetch_line(ahead, 2 * g + 1, Q6K_GB);
                                 let q = p.add(Q6K_QS + 96 * g);
                                 let (qa, qb, qh) = (load(q), load(q.add(32)), load(q.add(64)));
                                 let v0 = _mm256_or_si256(_mm256_and_si256(qa, m4), hb(qh));
