@@ -151,20 +151,16 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
     let tasks = tasks_for(rows, n);
     // Widening scratch for f16/bf16 rows; f32/f64 rows are normalized in the output.
     let bufs = scratch::<T::C>(tasks, if super::half_vec::is_half::<T>() { n } else { 0 });
-    // gamma and beta in the compute type, refreshed every run (params may change between runs).
-    let mut gb = vec![T::C::ZERO; 2 * n];
+    // Room for gamma and beta widened to the compute type (half params), refreshed every run:
+    // params may change between runs.
+    let mut gb = vec![T::C::ZERO; if super::half_vec::is_half::<T>() { 2 * n } else { 0 }];
     let simd = avx2_fma();
     let eps = T::C::from_f64(eps);
     Box::new(move |b: &Bufs<'_>| {
-        for (i, g) in gb[..n].iter_mut().enumerate() {
-            *g = b.input::<T>(1)[i].load();
-        }
-        if layer {
-            for (i, g) in gb[n..].iter_mut().enumerate() {
-                *g = b.input::<T>(2)[i].load();
-            }
-        }
-        let (gamma, beta) = gb.split_at(n);
+        let half = gb.len() / 2;
+        let (gbuf, bbuf) = gb.split_at_mut(half);
+        let gamma = param_row(b.input::<T>(1), gbuf);
+        let beta = if layer { param_row(b.input::<T>(2), bbuf) } else { &*bbuf };
         let x = b.input::<T>(0);
         let y = SharedMut(b.output::<T>().as_mut_ptr());
         parallel_for(tasks, &|task| {
@@ -186,6 +182,17 @@ fn norm_kernel<T: Compute>(rows: usize, n: usize, eps: f64, layer: bool) -> Kern
         });
         Ok(())
     })
+}
+
+/// A norm's gamma or beta in the compute type: f32 / f64 as they are, halves widened into `buf`.
+fn param_row<'a, T: Compute>(src: &'a [T], buf: &'a mut [T::C]) -> &'a [T::C] {
+    match super::half_vec::cast::<T, T::C>(src) {
+        Some(row) => row,
+        None => {
+            super::half_vec::load(src, buf);
+            buf
+        }
+    }
 }
 
 crate::simd_entry!(pub(super) norm_simd = norm_row<C: Real>(v: &mut [C], gamma: &[C], beta: &[C], eps: C, layer: bool));
