@@ -1,7 +1,8 @@
 //! Where the f32 GEMM loses time against the FMA peak, measured in the same rounds as the peak
 //! (the clocks of a shared host move by 10% or more): the micro-kernel on one tile in L1, with A
-//! streaming from L2, inside a 1024-wide blocked pass (C in L2, then C out of cache), and the
-//! whole 1024^3 product. x86-64 with AVX-512 only.
+//! streaming from L2, inside a 1024-wide blocked pass (C in L2, then C out of cache), the same
+//! pass in the other loop order (each A tile held in L1 while the B panels stream from L2), and
+//! the whole 1024^3 product. x86-64 with AVX-512 only.
 //!
 //! `cargo run --release -p rlx-cpu --example tile_probe -- [kc] [rounds]`, or with `HUGE_AB=n`:
 //! the n^3 product with its operands on 4 KiB pages against 2 MiB pages, paired call by call.
@@ -115,8 +116,8 @@ mod probe {
         gb.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 13) as f32 * 0.01);
         let tile_flops = (2 * mr * nr * kc) as f64;
         let panel = |t: usize| MatRef { ptr: a[t * mr * kc..].as_ptr(), rs: 1, cs: mr as isize };
-        let names = ["L1", "A from L2", "blocked", "blocked, C far", "product"];
-        let mut rows: Vec<[f64; 5]> = Vec::new();
+        let names = ["L1", "A from L2", "blocked", "blocked, C far", "A in L1", "product"];
+        let mut rows: Vec<[f64; 6]> = Vec::new();
         let mut peaks = Vec::new();
         for round in 0..rounds {
             let p1 = fma_peak_gflops(1);
@@ -168,10 +169,21 @@ mod probe {
                 })
             };
             let (blk, far) = (blocked(false), blocked(true));
+            let a_in_l1 = gflops(tile_flops * (tiles * n / nr * passes) as f64, || {
+                for _ in 0..passes {
+                    for t in 0..tiles {
+                        for jr in (0..n).step_by(nr) {
+                            let cp = c[t * mr * n + jr..].as_mut_ptr();
+                            let bp = b[jr * kc..].as_ptr();
+                            unsafe { (kern.micro)(kc, panel(t), bp, cp, n as isize, mr, nr, true) };
+                        }
+                    }
+                }
+            });
             let threads = rlx_cpu::threads::num_threads();
             let pn = if threads == 1 { p1 } else { fma_peak_gflops(threads) };
             let full = product(big, ga, gb, gc);
-            let row = [l1 / p1, a_l2 / p1, blk / p1, far / p1, full / pn];
+            let row = [l1 / p1, a_l2 / p1, blk / p1, far / p1, a_in_l1 / p1, full / pn];
             let cells: Vec<String> = names.iter().zip(row).map(|(k, v)| format!("{k} {:.1}%", 100.0 * v)).collect();
             println!("peak {p1:6.1}  {}", cells.join("  "));
             rows.push(row);

@@ -64,30 +64,43 @@ macro_rules! inplace_step {
     };
 }
 
-/// A's rows 256 bytes ahead into L1 with the non-temporal hint: the first six (`first`) or the
-/// last six, each half once per four steps (a new line every 16 steps in f32; the repeats hit
-/// L1). A read in place is 12 streams, and its lines serve 16 steps each next to a B panel that
-/// nearly fills L1 (likely why a hint that they go first helps). Prefetching beat none, 256 bytes
-/// ahead beat 512 and `prefetcht0`, and half as many prefetches in a four-step loop gained again
-/// (session 24 in docs/benchmarks-history.md).
+/// A's rows 256 bytes ahead with the hint of tile kind `$kind` (`a_rows_hint`): the first six
+/// (`first`) or the last six, each half once per four steps (a new line every 16 steps in f32;
+/// the repeats hit L1). A read in place is 12 streams, and its lines serve 16 steps each next to
+/// a B panel that nearly fills L1. Prefetching beat none, 256 bytes ahead beat 512, and half as
+/// many prefetches in a four-step loop gained again (session 24 in docs/benchmarks-history.md).
 #[rustfmt::skip]
 macro_rules! prefetch_a_rows {
-    (first) => {
+    (first $kind:ident) => { $crate::gemm::avx512_full::prefetch_a_rows!(@six $kind, "{a0}", "{a3}") };
+    (second $kind:ident) => { $crate::gemm::avx512_full::prefetch_a_rows!(@six $kind, "{a6}", "{a9}") };
+    (@six $kind:ident, $p:literal, $q:literal) => {
         concat!(
-            "prefetchnta [{a0} + 256]\n prefetchnta [{a0} + {lda} + 256]\n prefetchnta [{a0} + {lda} * 2 + 256]\n",
-            "prefetchnta [{a3} + 256]\n prefetchnta [{a3} + {lda} + 256]\n prefetchnta [{a3} + {lda} * 2 + 256]\n",
+            $crate::gemm::avx512_full::prefetch_a_rows!(@three $kind, $p),
+            $crate::gemm::avx512_full::prefetch_a_rows!(@three $kind, $q),
         )
     };
-    (second) => {
+    (@three $kind:ident, $p:literal) => {
         concat!(
-            "prefetchnta [{a6} + 256]\n prefetchnta [{a6} + {lda} + 256]\n prefetchnta [{a6} + {lda} * 2 + 256]\n",
-            "prefetchnta [{a9} + 256]\n prefetchnta [{a9} + {lda} + 256]\n prefetchnta [{a9} + {lda} * 2 + 256]\n",
+            $crate::gemm::avx512_full::a_rows_hint!($kind), " [", $p, " + 256]\n",
+            $crate::gemm::avx512_full::a_rows_hint!($kind), " [", $p, " + {lda} + 256]\n",
+            $crate::gemm::avx512_full::a_rows_hint!($kind), " [", $p, " + {lda} * 2 + 256]\n",
         )
     };
 }
 
+/// The prefetch instruction for A's rows read in place by a tile of kind `inplace` (A's lines
+/// marked non-temporal: they go first from L1, which helps next to a B panel that nearly fills
+/// it, on AMD Zen 5) or `inplace_l2` (`prefetcht1`: on Intel cores a non-temporal prefetch fills
+/// L1 but not L2, so the row block of A, read once per B panel, came back from L3 for every
+/// panel: session 36 in docs/benchmarks-history.md).
+#[rustfmt::skip]
+macro_rules! a_rows_hint {
+    (inplace) => { "prefetchnta" };
+    (inplace_l2) => { "prefetcht1" };
+}
+
 /// The loop bodies: `one` k step or `two` (two steps read at displacements, pointers moved once;
-/// four for `inplace`, with A's rows prefetched), over a `packed` panel (`$d`, `$d2`: A's
+/// four for `inplace` and `inplace_l2`, with A's rows prefetched), over a `packed` panel (`$d`, `$d2`: A's
 /// displacements in the two steps; `$astep2`: a pair's bytes) or A `inplace` (`$esz`: the element
 /// size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream; `packb`:
 /// each step's B also stored to `{bd}`, the packed panel, and B's rows prefetched from `{pf}`).
@@ -147,7 +160,8 @@ macro_rules! steps {
             "lea {b}, [{b} + {ldb} * 2]\n add {bd}, 256\n",
         )
     };
-    (inplace one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+    // `inplace` and `inplace_l2` (A's rows in place; `a_rows_hint`).
+    ($kind:ident one $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
         concat!(
             $pf, "\n",
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
@@ -155,15 +169,15 @@ macro_rules! steps {
             "add {b}, 128\n",
         )
     };
-    (inplace two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
+    ($kind:ident two $pf:literal, $bc:literal, $fma:literal, $ptr:literal, $esz:literal, $esz2:literal) => {
         concat!(
             $pf, "\n",
-            $crate::gemm::avx512_full::prefetch_a_rows!(first),
+            $crate::gemm::avx512_full::prefetch_a_rows!(first $kind),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "0", "64", "0"),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "128", "192", $esz),
             "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
             $pf, "\n",
-            $crate::gemm::avx512_full::prefetch_a_rows!(second),
+            $crate::gemm::avx512_full::prefetch_a_rows!(second $kind),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "256", "320", "0"),
             $crate::gemm::avx512_full::inplace_step!($bc, $fma, $ptr, "384", "448", $esz),
             "add {a0}, ", $esz2, "\n", "add {a3}, ", $esz2, "\n", "add {a6}, ", $esz2, "\n", "add {a9}, ", $esz2, "\n",
@@ -300,7 +314,7 @@ macro_rules! tile_cases {
     };
 }
 
-pub(crate) use {c_rows, inplace_step, packed_step, prefetch_a_rows, prefetch_c_rows, steps, zmm_step};
+pub(crate) use {a_rows_hint, c_rows, inplace_step, packed_step, prefetch_a_rows, prefetch_c_rows, steps, zmm_step};
 
 /// Defines the packed and in-place full tiles for one element type (see `f32_packed_full`).
 macro_rules! full_tiles {
@@ -359,15 +373,20 @@ macro_rules! full_tiles {
             // The head in fours of steps (`steps!(inplace two ..)`); the rest goes to the tail.
             let (pairs, tail) = (head / 4, tail + head % 4);
             let a0 = a as *const u8;
+            macro_rules! run {
+                ($kind:ident) => {
+                    tile_cases!($kind, acc, pf, pfs, $bc, $fma, $add, $ptr, [$esz, $esz2];
+                        pairs, tail, b, c, rs;
+                        a0 = inout(reg) a0 => _,
+                        a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
+                        a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
+                        a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
+                        lda = in(reg) lda,)
+                };
+            }
             // SAFETY: the caller's contract; the asm touches only the named memory.
             unsafe {
-                tile_cases!(inplace, acc, pf, pfs, $bc, $fma, $add, $ptr, [$esz, $esz2];
-                    pairs, tail, b, c, rs;
-                    a0 = inout(reg) a0 => _,
-                    a3 = inout(reg) a0.wrapping_offset(3 * lda) => _,
-                    a6 = inout(reg) a0.wrapping_offset(6 * lda) => _,
-                    a9 = inout(reg) a0.wrapping_offset(9 * lda) => _,
-                    lda = in(reg) lda,)
+                if super::kernels::a_rows_non_temporal() { run!(inplace) } else { run!(inplace_l2) }
             }
         }
     };
