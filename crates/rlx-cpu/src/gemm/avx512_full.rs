@@ -100,9 +100,9 @@ macro_rules! a_rows_hint {
 }
 
 /// The loop bodies: `one` k step or `two` (two steps read at displacements, pointers moved once;
-/// four for `inplace` and `inplace_l2`, with A's rows prefetched), over a `packed` panel (`$d`, `$d2`: A's
-/// displacements in the two steps; `$astep2`: a pair's bytes) or A `inplace` (`$esz`: the element
-/// size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream; `packb`:
+/// four for `inplace` and `inplace_l2`, with A's rows prefetched), over a `packed` panel (`$d`,
+/// `$d2`: A's displacements in the two steps; `$astep2`: a pair's bytes) or A in place (`$esz`:
+/// the element size; `$esz2` twice it), B packed, or B rows `{ldb}` bytes apart (`strided`, no stream; `packb`:
 /// each step's B also stored to `{bd}`, the packed panel, and B's rows prefetched from `{pf}`).
 /// `$pf`: the stream's prefetches for two steps.
 #[rustfmt::skip]

@@ -22,33 +22,30 @@ fn avx512_kc() -> usize {
 }
 
 /// Whether the CPU runs 512-bit FMAs as two 256-bit halves: AMD before family 0x1A (Zen 5).
-/// Read once: `cpuid` traps to the hypervisor in a VM.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn zmm_fma_split() -> bool {
-    static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| {
-        let (vendor, sig) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == AMD_VENDOR;
-        let base = (sig.eax >> 8) & 0xf;
-        let family = if base == 0xf { base + ((sig.eax >> 20) & 0xff) } else { base };
-        amd && family < 0x1a
-    })
+    amd_family().is_some_and(|family| family < 0x1a)
 }
 
 /// Whether the in-place A tiles prefetch A's rows with the non-temporal hint (AMD) or into L2
-/// (everyone else; see `avx512_full::a_rows_hint`). Read once: `cpuid` traps in a VM.
+/// (everyone else; see `avx512_full::a_rows_hint`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn a_rows_non_temporal() -> bool {
-    static NTA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *NTA.get_or_init(|| {
-        let vendor = std::arch::x86_64::__cpuid(0);
-        (vendor.ebx, vendor.edx, vendor.ecx) == AMD_VENDOR
-    })
+    amd_family().is_some()
 }
 
-/// `cpuid` leaf 0's vendor words (ebx, edx, ecx) on AMD: "AuthenticAMD".
+/// The CPU family on AMD ("AuthenticAMD" in `cpuid` leaf 0), None on other vendors. Read once:
+/// `cpuid` traps to the hypervisor in a VM.
 #[cfg(target_arch = "x86_64")]
-const AMD_VENDOR: (u32, u32, u32) = (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+fn amd_family() -> Option<u32> {
+    static FAMILY: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *FAMILY.get_or_init(|| {
+        let (vendor, sig) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1));
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let base = (sig.eax >> 8) & 0xf;
+        amd.then(|| if base == 0xf { base + ((sig.eax >> 20) & 0xff) } else { base })
+    })
+}
 
 /// `PackTileFn` for the AVX-512 12 x 32 f32 tile (`f32_packb_full`).
 ///
