@@ -48,6 +48,32 @@ pub fn vec<T: Clone>(len: usize, value: T) -> Vec<T> {
     v
 }
 
+/// `len` zeros in a `Vec` whose pages are advised (`advise`) before their first touch, and
+/// left untouched: a large block comes zeroed from a fresh mapping, so its pages are faulted in
+/// (as huge pages) only as they are written. For outputs a kernel then fills: `vec![0; len]` of
+/// tens of MiB faults in 4 KiB pages one by one while the kernel writes them.
+///
+/// ```
+/// let v: Vec<f32> = rlx_driver::huge_pages::zeroed_vec(1 << 20);
+/// assert!(v.len() == 1 << 20 && v.iter().all(|&x| x == 0.0));
+/// ```
+pub fn zeroed_vec<T: bytemuck::Zeroable + Clone>(len: usize) -> Vec<T> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if bytes < HUGE_PAGE_BYTES {
+        return std::vec![T::zeroed(); len];
+    }
+    let layout = std::alloc::Layout::array::<T>(len).unwrap_or_else(|_| panic!("{len} elements overflow a layout"));
+    // SAFETY: the layout's size is at least HUGE_PAGE_BYTES, not zero.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    advise(ptr, bytes);
+    // SAFETY: allocated by the global allocator with T's layout for `len` elements, all zero
+    // bytes, which `Zeroable` makes valid values of T.
+    unsafe { Vec::from_raw_parts(ptr as *mut T, len, len) }
+}
+
 /// Grows `buf` to `len` elements (`value` past its old end), advising the new allocation's
 /// pages first when it has to grow.
 pub fn grow<T: Clone>(buf: &mut Vec<T>, len: usize, value: T) {
@@ -189,6 +215,23 @@ mod tests {
         let after = anon_huge_kb().expect("smaps_rollup lists AnonHugePages");
         assert!(after >= before + 2048, "16 MiB advised and written: AnonHugePages {before} -> {after} kB");
         drop(v);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn zeroed_vecs_read_zero_and_get_huge_pages_as_written() {
+        let small: Vec<u16> = zeroed_vec(100);
+        assert_eq!(small, [0u16; 100]);
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        let before = anon_huge_kb().expect("smaps_rollup lists AnonHugePages");
+        let mut v: Vec<f32> = zeroed_vec(5 << 20);
+        assert!(v.iter().step_by(1021).all(|&x| x == 0.0));
+        v.iter_mut().for_each(|x| *x = 1.0);
+        let after = anon_huge_kb().expect("smaps_rollup lists AnonHugePages");
+        if !mode.contains("[never]") && !mode.is_empty() && enabled() {
+            assert!(after >= before + 2048, "20 MiB zeroed and written: AnonHugePages {before} -> {after} kB");
+        }
+        assert_eq!((v.len(), v[0], v[(5 << 20) - 1]), (5 << 20, 1.0, 1.0));
     }
 
     #[test]

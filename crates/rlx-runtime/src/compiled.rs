@@ -297,7 +297,8 @@ impl CompiledGraph {
                 (None, None) => unreachable!("`order` reports an input neither given nor set"),
             }
         }
-        let mut outs: Vec<Vec<u8>> = self.outputs.iter().map(|s| vec![0u8; s.size_bytes().unwrap_or(0)]).collect();
+        let mut outs: Vec<Vec<u8>> =
+            self.outputs.iter().map(|s| rlx_driver::huge_pages::zeroed_vec(s.size_bytes().unwrap_or(0))).collect();
         let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
         self.exe.run(&refs, &mut out_refs)?;
         Ok(outs.into_iter().zip(&self.outputs).map(|(b, s)| (b, s.dtype)).collect())
@@ -378,9 +379,9 @@ enum Output {
 impl Output {
     fn new(s: &Shape) -> Output {
         if s.dtype == DType::F32 && cfg!(target_endian = "little") {
-            Output::F32(vec![0f32; s.numel().unwrap_or(0)])
+            Output::F32(rlx_driver::huge_pages::zeroed_vec(s.numel().unwrap_or(0)))
         } else {
-            Output::Bytes(vec![0u8; s.size_bytes().unwrap_or(0)])
+            Output::Bytes(rlx_driver::huge_pages::zeroed_vec(s.size_bytes().unwrap_or(0)))
         }
     }
 
