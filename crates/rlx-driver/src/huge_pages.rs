@@ -63,15 +63,26 @@ pub fn zeroed_vec<T: bytemuck::Zeroable + Clone>(len: usize) -> Vec<T> {
         return std::vec![T::zeroed(); len];
     }
     let layout = std::alloc::Layout::array::<T>(len).unwrap_or_else(|_| panic!("{len} elements overflow a layout"));
-    // SAFETY: the layout's size is at least HUGE_PAGE_BYTES, not zero.
+    let ptr = alloc_zeroed(layout);
+    // SAFETY: allocated by the global allocator with T's layout for `len` elements, all zero
+    // bytes, which `Zeroable` makes valid values of T.
+    unsafe { Vec::from_raw_parts(ptr as *mut T, len, len) }
+}
+
+/// Zeroed bytes of `layout` (of non-zero size) from the global allocator, advised (`advise`)
+/// before their first touch; free with `std::alloc::dealloc` and the same layout. Ends the
+/// process (`handle_alloc_error`) when memory runs out, as `Vec` does. With the system
+/// allocator a large block is a fresh mapping whose pages stay untouched until written; an
+/// alignment above 16 would make `calloc` clear them by hand.
+pub fn alloc_zeroed(layout: std::alloc::Layout) -> *mut u8 {
+    assert!(layout.size() > 0, "alloc_zeroed: a zero-size layout");
+    // SAFETY: a non-zero size (asserted above).
     let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
     if ptr.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
-    advise(ptr, bytes);
-    // SAFETY: allocated by the global allocator with T's layout for `len` elements, all zero
-    // bytes, which `Zeroable` makes valid values of T.
-    unsafe { Vec::from_raw_parts(ptr as *mut T, len, len) }
+    advise(ptr, layout.size());
+    ptr
 }
 
 /// Grows `buf` to `len` elements (`value` past its old end), advising the new allocation's

@@ -63,12 +63,7 @@ impl ParamBuffer {
         // 16-byte alignment plus 64 spare bytes, aligned up by hand: the system allocator's
         // `calloc` then leaves fresh pages untouched (an over-aligned layout would memset them).
         let layout = Layout::from_size_align(len.div_ceil(64).max(1) * 64 + 64, 16).expect("param size fits in memory");
-        // SAFETY: the layout has a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        crate::huge_pages::advise(base, layout.size());
+        let base = crate::huge_pages::alloc_zeroed(layout);
         // SAFETY: at most 63 bytes past `base`, inside the 64 spare bytes.
         let ptr = unsafe { base.add(base.align_offset(64)) };
         let owner = Owner::Zeroed(base, layout);

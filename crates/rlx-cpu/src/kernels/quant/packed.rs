@@ -40,13 +40,8 @@ impl Aligned {
         // 16-byte alignment plus 64 spare bytes, aligned up by hand: `calloc` then leaves fresh
         // pages untouched (an over-aligned layout would memset them).
         let layout = std::alloc::Layout::from_size_align(len + 64, 16).expect("repacked size fits in memory");
-        // SAFETY: a non-zero size.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
         // Decode streams these bytes from DRAM every token: on 2 MiB pages, fewer page walks.
-        rlx_driver::huge_pages::advise(base, layout.size());
+        let base = rlx_driver::huge_pages::alloc_zeroed(layout);
         // SAFETY: at most 63 bytes past `base`, inside the 64 spare bytes.
         let ptr = unsafe { base.add(base.align_offset(64)) };
         Aligned { ptr, len, storage: Storage::Heap { base, layout } }
